@@ -1,0 +1,2 @@
+//! epp: an Endpoint Picker for LLM inference.
+pub mod proto;
