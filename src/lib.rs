@@ -1,2 +1,40 @@
 //! epp: an Endpoint Picker for LLM inference.
+//!
+//! Envoy asks epp over the ext_proc gRPC API which vLLM endpoint should serve each
+//! OpenAI-style request; epp parses the body, runs the scheduling pipeline described by an
+//! EndpointPickerConfig, and answers with the destination header and `envoy.lb` metadata.
+//!
+//! Module map:
+//! - `extproc`: the ext_proc service and per-stream state machine (the only user of `proto`).
+//! - `request`: header constants, body parsing, response usage.
+//! - `scheduling`: the pure scheduling pipeline (context, data, profiles, results).
+//! - `plugins`: plugin contracts, the registry and the catalogue.
+//! - `config`: EndpointPickerConfig loading and validation.
+//! - `endpoints`: discovery, the endpoint store, metric scraping.
+//! - `telemetry`: logs, metrics, admin server.
+//! - `app`: wiring, servers and shutdown.
+//!
+//! Data flow:
+//! ```text
+//! Envoy --ext_proc--> extproc::stream --body--> request::openai --InferenceRequest-->
+//!   scheduling::Scheduler [producers -> ProfileHandler -> Profile(filters -> scorers x weight -> picker)]
+//!   --Decision--> extproc::response --headers + metadata--> Envoy
+//! vLLM /metrics --HTTP--> endpoints::scraper --PodMetrics--> endpoints::store
+//! file --> config::raw --> config::loader --> plugins::registry --> Arc<Scheduler>
+//! ```
+
+pub mod config;
+pub mod endpoints;
+pub mod extproc;
+pub mod plugins;
 pub mod proto;
+pub mod request;
+pub mod scheduling;
+pub mod telemetry;
+pub mod tls;
+pub mod app;
+pub mod bench;
+pub mod cli;
+
+#[cfg(test)]
+pub(crate) mod test_util;

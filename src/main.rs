@@ -1,1 +1,82 @@
-fn main() {}
+//! The `epp` binary: parses flags, sets up logging, reads the config and runs the app until
+//! SIGINT/SIGTERM.
+
+use anyhow::{Context, bail};
+use clap::Parser;
+use epp::app::{App, Settings};
+use epp::cli::{BodyModeArg, Cli, Command};
+use epp::extproc::service::ExtProcOptions;
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    epp::telemetry::tracing::init(cli.serve.log_format, cli.serve.verbosity);
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    match cli.command {
+        Some(Command::Bench { what }) => epp::bench::run(what),
+        None => runtime.block_on(serve(cli.serve)),
+    }
+}
+
+async fn serve(args: epp::cli::ServeArgs) -> anyhow::Result<()> {
+    if args.pool_name.is_some() {
+        bail!("--pool-name (Kubernetes InferencePool discovery) is not available in this build; list the endpoints in --endpoints-file");
+    }
+    let config_text = match (&args.config_file, &args.config_text) {
+        (Some(path), _) => Some(std::fs::read_to_string(path).with_context(|| format!("reading --config-file {}", path.display()))?),
+        (None, Some(text)) => Some(text.clone()),
+        (None, None) => None,
+    };
+    let settings = Settings {
+        grpc_addr: args.addr(args.grpc_port),
+        health_addr: args.addr(args.grpc_health_port),
+        metrics_addr: args.addr(args.metrics_port),
+        secure_serving: args.secure_serving,
+        cert_path: args.cert_path.clone(),
+        config_text,
+        endpoints_file: args.endpoints_file.clone(),
+        endpoints_poll_interval: args.endpoints_file_poll_interval,
+        refresh_metrics_interval: args.refresh_metrics_interval,
+        scrape_timeout: args.metrics_scrape_timeout,
+        extproc: ExtProcOptions {
+            default_buffered: args.default_request_body_mode == BodyModeArg::Buffered,
+            disable_subset_filter: args.disable_endpoint_subset_filter,
+            max_body_bytes: args.grpc_max_recv_msg_size,
+        },
+        health_checking: args.health_checking,
+        grpc_max_recv_bytes: args.grpc_max_recv_msg_size.saturating_add(1 << 20),
+    };
+    if settings.endpoints_file.is_none() {
+        tracing::warn!("no --endpoints-file given: every request will get 503 until endpoints are configured");
+    }
+    let app = App::start(settings).await?;
+    let cancel = app.cancel_token();
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        tracing::info!("Shutting down");
+        cancel.cancel();
+    });
+    app.wait().await;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => {
+                let _ = ctrl_c.await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}

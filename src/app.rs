@@ -1,0 +1,221 @@
+//! Wiring: loads the config, builds the scheduler, starts discovery, scrapers, the ext_proc
+//! server (TLS or h2c), the plaintext gRPC health server and the admin server, and owns
+//! shutdown through one cancellation token. `App::start` binds every listener first and
+//! reports the bound addresses, so tests can use port 0.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use arc_swap::ArcSwap;
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+use tokio_stream::wrappers::TcpListenerStream;
+use tokio_util::sync::CancellationToken;
+use tonic_health::ServingStatus;
+use tracing::{info, warn};
+
+use crate::config::{self, LoadedConfig};
+use crate::endpoints::discovery::{load_endpoints_file, watch_endpoints_file};
+use crate::endpoints::scraper::{ScrapeConfig, ScrapeMetrics, run_scrapers};
+use crate::endpoints::store::EndpointStore;
+use crate::endpoints::vllm_metrics::builtin_engine;
+use crate::extproc::service::{ExtProcOptions, ExtProcService, Shared};
+use crate::plugins::registry::{BuildContext, PluginMetrics, builtin};
+use crate::proto::ext_proc::external_processor_server::ExternalProcessorServer;
+use crate::scheduling::metrics::SchedulerMetrics;
+use crate::telemetry::metrics::RequestMetrics;
+
+/// gRPC service name of ext_proc (also a health service name).
+pub const EXT_PROC_SERVICE: &str = "envoy.service.ext_proc.v3.ExternalProcessor";
+
+/// Everything the app needs to start.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// ext_proc listen address.
+    pub grpc_addr: SocketAddr,
+    /// Health listen address.
+    pub health_addr: SocketAddr,
+    /// Admin (`/metrics`) listen address.
+    pub metrics_addr: SocketAddr,
+    /// TLS on the ext_proc port.
+    pub secure_serving: bool,
+    /// Directory with `tls.crt` / `tls.key`.
+    pub cert_path: Option<PathBuf>,
+    /// Config text (already read from `--config-file` or `--config-text`); `None` = default.
+    pub config_text: Option<String>,
+    /// Static endpoints file.
+    pub endpoints_file: Option<PathBuf>,
+    /// How often the endpoints file is checked for changes.
+    pub endpoints_poll_interval: Duration,
+    /// Scrape period.
+    pub refresh_metrics_interval: Duration,
+    /// Scrape timeout.
+    pub scrape_timeout: Duration,
+    /// ext_proc options.
+    pub extproc: ExtProcOptions,
+    /// Also serve gRPC health on the ext_proc port.
+    pub health_checking: bool,
+    /// Largest gRPC message accepted.
+    pub grpc_max_recv_bytes: usize,
+}
+
+impl Settings {
+    /// Loopback settings on ephemeral ports (tests, demos).
+    pub fn loopback() -> Self {
+        let any = SocketAddr::from(([127, 0, 0, 1], 0));
+        Self {
+            grpc_addr: any,
+            health_addr: any,
+            metrics_addr: any,
+            secure_serving: false,
+            cert_path: None,
+            config_text: None,
+            endpoints_file: None,
+            endpoints_poll_interval: Duration::from_secs(1),
+            refresh_metrics_interval: Duration::from_millis(50),
+            scrape_timeout: Duration::from_secs(1),
+            extproc: ExtProcOptions::default(),
+            health_checking: false,
+            grpc_max_recv_bytes: 64 << 20,
+        }
+    }
+}
+
+/// A running app.
+#[derive(Debug)]
+pub struct App {
+    /// Bound ext_proc address.
+    pub grpc_addr: SocketAddr,
+    /// Bound health address.
+    pub health_addr: SocketAddr,
+    /// Bound admin address.
+    pub metrics_addr: SocketAddr,
+    /// The endpoint store.
+    pub store: EndpointStore,
+    /// The metrics registry.
+    pub registry: prometheus::Registry,
+    cancel: CancellationToken,
+    tasks: JoinSet<()>,
+}
+
+/// Loads and validates a config (or the default) against the built-in registry.
+pub fn load_config(text: Option<&str>, cx: &BuildContext, metrics: SchedulerMetrics) -> Result<LoadedConfig, config::ConfigErrors> {
+    let text = text.unwrap_or(config::defaults::DEFAULT_CONFIG);
+    config::load(text, &builtin(), cx, metrics)
+}
+
+impl App {
+    /// Starts everything; returns once every listener is bound.
+    pub async fn start(settings: Settings) -> anyhow::Result<Self> {
+        let registry = prometheus::Registry::new();
+        let store = EndpointStore::new();
+        if let Some(path) = &settings.endpoints_file {
+            let endpoints = load_endpoints_file(path)?;
+            info!(path = %path.display(), count = endpoints.len(), "Endpoints loaded");
+            store.replace(endpoints);
+        }
+        let cx = BuildContext { endpoints: store.clone(), metrics: PluginMetrics::register(&registry)? };
+        let loaded = load_config(settings.config_text.as_deref(), &cx, SchedulerMetrics::register(&registry)?)?;
+        for note in &loaded.injected {
+            info!(default = %note, "Config default injected");
+        }
+        let scrape = scrape_config(&settings, &loaded);
+        let shared = Arc::new(Shared {
+            scheduler: ArcSwap::from_pointee(loaded.scheduler),
+            store: store.clone(),
+            metrics: Arc::new(RequestMetrics::register(&registry)?),
+            options: settings.extproc.clone(),
+        });
+        let scrape_metrics = ScrapeMetrics::register(&registry)?;
+
+        let grpc = TcpListener::bind(settings.grpc_addr).await.with_context(|| format!("bind ext_proc {}", settings.grpc_addr))?;
+        let health = TcpListener::bind(settings.health_addr).await.with_context(|| format!("bind health {}", settings.health_addr))?;
+        let admin = TcpListener::bind(settings.metrics_addr).await.with_context(|| format!("bind metrics {}", settings.metrics_addr))?;
+        let (grpc_addr, health_addr, metrics_addr) = (grpc.local_addr()?, health.local_addr()?, admin.local_addr()?);
+
+        let cancel = CancellationToken::new();
+        let mut tasks = JoinSet::new();
+        let (reporter, health_service) = tonic_health::server::health_reporter();
+        for name in ["", "liveness", "readiness", EXT_PROC_SERVICE, "inference-extension"] {
+            reporter.set_service_status(name, ServingStatus::Serving).await;
+        }
+        let c = cancel.clone();
+        tasks.spawn(async move {
+            let served = tonic::transport::Server::builder()
+                .add_service(health_service)
+                .serve_with_incoming_shutdown(TcpListenerStream::new(health), c.cancelled())
+                .await;
+            if let Err(error) = served {
+                warn!(%error, "health server stopped");
+            }
+        });
+
+        let ext_proc = ExternalProcessorServer::new(ExtProcService::new(shared.clone())).max_decoding_message_size(settings.grpc_max_recv_bytes);
+        let mut builder = tonic::transport::Server::builder();
+        if settings.secure_serving {
+            builder = builder.tls_config(crate::tls::server_tls(settings.cert_path.as_deref())?)?;
+        }
+        let mut router = builder.add_service(ext_proc);
+        if settings.health_checking {
+            let (r, s) = tonic_health::server::health_reporter();
+            r.set_service_status(EXT_PROC_SERVICE, ServingStatus::Serving).await;
+            router = router.add_service(s);
+        }
+        let c = cancel.clone();
+        tasks.spawn(async move {
+            if let Err(error) = router.serve_with_incoming_shutdown(TcpListenerStream::new(grpc), c.cancelled()).await {
+                warn!(%error, "ext_proc server stopped");
+            }
+        });
+
+        let ready_store = store.clone();
+        let ready: crate::telemetry::admin::ReadinessCheck = Arc::new(move || {
+            if ready_store.snapshot().is_empty() { Err("no endpoints known".into()) } else { Ok(()) }
+        });
+        tasks.spawn(crate::telemetry::admin::serve(admin, registry.clone(), ready, cancel.clone()));
+        if let Some(path) = settings.endpoints_file.clone() {
+            tasks.spawn(watch_endpoints_file(path, store.clone(), settings.endpoints_poll_interval, cancel.clone()));
+        }
+        tasks.spawn(run_scrapers(store.clone(), Arc::new(scrape), scrape_metrics, cancel.clone()));
+        info!(%grpc_addr, %health_addr, %metrics_addr, tls = settings.secure_serving, "epp serving");
+        Ok(Self { grpc_addr, health_addr, metrics_addr, store, registry, cancel, tasks })
+    }
+
+    /// A token that stops the app when cancelled.
+    pub fn cancel_token(&self) -> CancellationToken {
+        self.cancel.clone()
+    }
+
+    /// Stops every task and waits for them.
+    pub async fn shutdown(mut self) {
+        self.cancel.cancel();
+        while self.tasks.join_next().await.is_some() {}
+    }
+
+    /// Waits until every task has ended (after cancellation).
+    pub async fn wait(mut self) {
+        while self.tasks.join_next().await.is_some() {}
+    }
+}
+
+fn scrape_config(settings: &Settings, loaded: &LoadedConfig) -> ScrapeConfig {
+    let extractor = &loaded.data_layer.extractor;
+    let mut engines = HashMap::new();
+    for name in ["vllm", "sglang", "trtllm-serve", "triton-tensorrt-llm"] {
+        if let Some(m) = builtin_engine(name) {
+            engines.insert(name.to_string(), m);
+        }
+    }
+    ScrapeConfig {
+        interval: settings.refresh_metrics_interval,
+        timeout: settings.scrape_timeout,
+        path: loaded.data_layer.source.path.clone(),
+        engines,
+        engine_label: extractor.engine_label_key.clone(),
+        default_engine: extractor.default_engine.clone(),
+    }
+}

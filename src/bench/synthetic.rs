@@ -1,0 +1,39 @@
+//! Synthetic inputs: OpenAI chat bodies of a given size and endpoint lists with load, for
+//! benchmarks and tests.
+
+use std::net::{IpAddr, Ipv4Addr};
+
+use crate::endpoints::model::Endpoint;
+
+const WORDS: &[&str] = &["the", "model", "serves", "tokens", "from", "a", "shared", "prefix", "cache", "quickly", "and", "routes", "requests"];
+
+/// A `/v1/chat/completions` body of about `bytes` bytes: a system prompt shared by every
+/// body with the same `group`, then a user turn with distinct text.
+pub fn chat_body(bytes: usize, group: u32, salt: u32) -> Vec<u8> {
+    let mut system = String::new();
+    let mut i = group as usize;
+    while system.len() < bytes * 3 / 4 {
+        system.push_str(WORDS[i % WORDS.len()]);
+        system.push(' ');
+        i = i.wrapping_mul(7).wrapping_add(3);
+    }
+    let mut user = format!("question {salt}: ");
+    while system.len() + user.len() < bytes.saturating_sub(120) {
+        user.push_str(WORDS[(salt as usize + user.len()) % WORDS.len()]);
+        user.push(' ');
+    }
+    let body = serde_json::json!({
+        "model": "meta-llama/Llama-3.1-8B-Instruct",
+        "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
+        "max_tokens": 128,
+        "stream": false,
+    });
+    serde_json::to_vec(&body).unwrap_or_default()
+}
+
+/// `n` endpoints `pod-0..n` at 10.0.x.y:8000.
+pub fn endpoints(n: usize) -> Vec<Endpoint> {
+    (0..n)
+        .map(|i| Endpoint::new(format!("pod-{i}"), IpAddr::V4(Ipv4Addr::new(10, 0, (i / 250) as u8, (i % 250 + 1) as u8)), 8000))
+        .collect()
+}

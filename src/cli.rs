@@ -1,0 +1,139 @@
+//! Command-line flags, compatible with the Go EPPs' names and defaults (`--grpc-port 9002`,
+//! `--grpc-health-port 9003`, `--metrics-port 9090`, `--secure-serving=true`, ...), and the
+//! subcommands (`validate`, `bench`).
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{ArgAction, Parser, Subcommand};
+
+use crate::telemetry::tracing::LogFormat;
+
+/// epp: Endpoint Picker for LLM inference (Envoy ext_proc).
+#[derive(Debug, Parser)]
+#[command(name = "epp", version, about)]
+pub struct Cli {
+    /// Subcommand; none = serve.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    /// Server flags.
+    #[command(flatten)]
+    pub serve: ServeArgs,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Benchmarks.
+    Bench {
+        /// What to benchmark.
+        #[command(subcommand)]
+        what: BenchCommand,
+    },
+}
+
+/// Benchmark subcommands.
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// In-process scheduling decisions over synthetic endpoints.
+    Decision {
+        /// Body size in bytes.
+        #[arg(long, default_value_t = 10_000)]
+        body_bytes: usize,
+        /// Endpoints.
+        #[arg(long, default_value_t = 8)]
+        endpoints: usize,
+        /// Decisions to time.
+        #[arg(long, default_value_t = 20_000)]
+        iterations: usize,
+    },
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s).map_err(|e| e.to_string())
+}
+
+/// Flags of the server.
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// ext_proc gRPC port.
+    #[arg(long, default_value_t = 9002)]
+    pub grpc_port: u16,
+    /// Plaintext gRPC health port.
+    #[arg(long, default_value_t = 9003)]
+    pub grpc_health_port: u16,
+    /// Prometheus `/metrics` port.
+    #[arg(long, default_value_t = 9090)]
+    pub metrics_port: u16,
+    /// Address every server binds.
+    #[arg(long, default_value = "0.0.0.0")]
+    pub bind_address: IpAddr,
+    /// TLS on the ext_proc port (`--secure-serving=false` for plaintext h2c).
+    #[arg(long, default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub secure_serving: bool,
+    /// Directory holding `tls.crt` and `tls.key` (empty: self-signed).
+    #[arg(long)]
+    pub cert_path: Option<PathBuf>,
+    /// EndpointPickerConfig file.
+    #[arg(long, conflicts_with = "config_text")]
+    pub config_file: Option<PathBuf>,
+    /// EndpointPickerConfig YAML text.
+    #[arg(long)]
+    pub config_text: Option<String>,
+    /// Static endpoint list (YAML), reloaded when it changes.
+    #[arg(long)]
+    pub endpoints_file: Option<PathBuf>,
+    /// How often the endpoints file is checked for changes.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    pub endpoints_file_poll_interval: Duration,
+    /// Model-server metrics scrape period.
+    #[arg(long, default_value = "50ms", value_parser = parse_duration)]
+    pub refresh_metrics_interval: Duration,
+    /// Per-scrape timeout.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    pub metrics_scrape_timeout: Duration,
+    /// Ignore the gateway's `envoy.lb.subset_hint`.
+    #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub disable_endpoint_subset_filter: bool,
+    /// Also register gRPC health on the ext_proc port.
+    #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub health_checking: bool,
+    /// Request body mode assumed when Envoy sends no `protocol_config` (older Envoys).
+    #[arg(long, value_enum, default_value = "full-duplex")]
+    pub default_request_body_mode: BodyModeArg,
+    /// Largest gRPC message (and request body) accepted, in bytes.
+    #[arg(long, default_value_t = 64 << 20)]
+    pub grpc_max_recv_msg_size: usize,
+    /// Log verbosity (logr levels: 2 default, 4 debug, 5 trace).
+    #[arg(short = 'v', long = "v", default_value_t = 2)]
+    pub verbosity: u8,
+    /// Log encoding.
+    #[arg(long = "zap-encoder", value_enum, default_value = "console")]
+    pub log_format: LogFormat,
+    /// Kubernetes InferencePool discovery (not available in this build: use --endpoints-file).
+    #[arg(long)]
+    pub pool_name: Option<String>,
+    /// Namespace of the pool.
+    #[arg(long)]
+    pub pool_namespace: Option<String>,
+    /// Accepted for compatibility; alpha plugins load regardless.
+    #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub allow_experimental_plugins: bool,
+}
+
+/// Request body modes for `--default-request-body-mode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum BodyModeArg {
+    /// `FULL_DUPLEX_STREAMED` (GIE's reference mode).
+    FullDuplex,
+    /// `BUFFERED`.
+    Buffered,
+}
+
+impl ServeArgs {
+    /// Listen address of a port.
+    pub fn addr(&self, port: u16) -> SocketAddr {
+        SocketAddr::new(self.bind_address, port)
+    }
+}

@@ -1,0 +1,89 @@
+//! Config problems: each with the path it concerns, what is wrong and, where we can tell, a
+//! suggestion. The loader collects all of them in one pass.
+
+use std::fmt;
+
+/// One problem.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError {
+    /// Where, e.g. `schedulingProfiles[decode].plugins[2].pluginRef`.
+    pub path: String,
+    /// What is wrong.
+    pub message: String,
+    /// How to fix it, when known.
+    pub suggestion: Option<String>,
+}
+
+impl ConfigError {
+    /// A problem at `path`.
+    pub fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { path: path.into(), message: message.into(), suggestion: None }
+    }
+
+    /// Adds a suggestion.
+    pub fn suggest(mut self, s: impl Into<String>) -> Self {
+        self.suggestion = Some(s.into());
+        self
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path, self.message)?;
+        if let Some(s) = &self.suggestion {
+            write!(f, " ({s})")?;
+        }
+        Ok(())
+    }
+}
+
+/// Every problem found.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub struct ConfigErrors(pub Vec<ConfigError>);
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "invalid EndpointPickerConfig ({} problem{}):", self.0.len(), if self.0.len() == 1 { "" } else { "s" })?;
+        for e in &self.0 {
+            writeln!(f, "  - {e}")?;
+        }
+        Ok(())
+    }
+}
+
+/// The candidate closest to `word` by edit distance, when it is plausibly a typo or a
+/// near-miss (distance at most a third of the length, or one contains the other).
+pub fn closest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    candidates
+        .into_iter()
+        .map(|c| (edit_distance(word, c), c))
+        .filter(|(d, c)| *d <= word.len().max(c.len()) / 3 || c.contains(word) || word.contains(*c))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| c)
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            cur[j + 1] = (prev[j] + usize::from(ca != *cb)).min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn suggests_near_names() {
+        let names = ["precise-prefix-cache-scorer", "queue-scorer"];
+        assert_eq!(closest("prefix-cache-scorer", names), Some("precise-prefix-cache-scorer"));
+        assert_eq!(closest("queue-scorr", names), Some("queue-scorer"));
+        assert_eq!(closest("zzz", names), None);
+    }
+}

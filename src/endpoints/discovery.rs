@@ -1,0 +1,200 @@
+//! Static discovery: the `--endpoints-file` YAML, parsed into endpoints and reloaded when the
+//! file changes. The file format is a contract other tools rely on:
+//!
+//! ```yaml
+//! endpoints:
+//!   - name: pod-a                      # unique id
+//!     address: 10.0.0.5                # IPv4 or IPv6
+//!     port: 8000                       # serving port; destination = address:port
+//!     metricsPort: 8000                # optional, default = port
+//!     labels: {llm-d.ai/role: decode}  # optional
+//!     kvEventsEndpoint: tcp://10.0.0.5:5557   # optional
+//! ```
+//!
+//! A reload that fails to parse keeps the previous list (and logs why); in-flight requests
+//! keep the candidates they already hold, so a reload never disturbs a stream.
+
+use std::collections::{BTreeMap, HashSet};
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use super::model::Endpoint;
+use super::store::EndpointStore;
+
+/// Why an endpoints file could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum DiscoveryError {
+    /// The file could not be read.
+    #[error("cannot read endpoints file {path}: {source}")]
+    Read {
+        /// File path.
+        path: PathBuf,
+        /// Underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The YAML does not match the format.
+    #[error("endpoints file {path} is not valid: {source}")]
+    Parse {
+        /// File path.
+        path: PathBuf,
+        /// Underlying error.
+        #[source]
+        source: serde_yaml::Error,
+    },
+    /// A semantic problem (duplicate name, bad address, port 0).
+    #[error("endpoints file {path}: {message}")]
+    Invalid {
+        /// File path.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    #[serde(default)]
+    endpoints: Vec<RawEndpoint>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawEndpoint {
+    name: String,
+    address: String,
+    port: u16,
+    metrics_port: Option<u16>,
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
+    kv_events_endpoint: Option<String>,
+    rank: Option<u16>,
+}
+
+/// Parses endpoints-file text. `origin` names the file in errors.
+pub fn parse_endpoints(text: &str, origin: &Path) -> Result<Vec<Endpoint>, DiscoveryError> {
+    let raw: RawFile = serde_yaml::from_str(text)
+        .map_err(|source| DiscoveryError::Parse { path: origin.to_path_buf(), source })?;
+    let invalid = |message: String| DiscoveryError::Invalid { path: origin.to_path_buf(), message };
+    let mut seen = HashSet::new();
+    let mut out = Vec::with_capacity(raw.endpoints.len());
+    for (i, e) in raw.endpoints.into_iter().enumerate() {
+        if e.name.is_empty() {
+            return Err(invalid(format!("endpoints[{i}].name is empty")));
+        }
+        if !seen.insert(e.name.clone()) {
+            return Err(invalid(format!("endpoints[{i}].name {:?} is not unique", e.name)));
+        }
+        let trimmed = e.address.trim_start_matches('[').trim_end_matches(']');
+        let address: IpAddr = trimmed.parse().map_err(|_| {
+            invalid(format!("endpoints[{i}].address {:?} is not an IPv4 or IPv6 address", e.address))
+        })?;
+        if e.port == 0 {
+            return Err(invalid(format!("endpoints[{i}].port must be 1-65535")));
+        }
+        let mut endpoint = Endpoint::new(e.name, address, e.port);
+        endpoint.metrics_port = e.metrics_port.filter(|p| *p != 0).unwrap_or(e.port);
+        endpoint.labels = e.labels;
+        endpoint.kv_events_endpoint = e.kv_events_endpoint;
+        endpoint.rank = e.rank.unwrap_or(0);
+        out.push(endpoint);
+    }
+    Ok(out)
+}
+
+/// Reads and parses an endpoints file.
+pub fn load_endpoints_file(path: &Path) -> Result<Vec<Endpoint>, DiscoveryError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|source| DiscoveryError::Read { path: path.to_path_buf(), source })?;
+    parse_endpoints(&text, path)
+}
+
+/// Watches an endpoints file by polling its contents every `interval`, publishing each
+/// valid change to the store. Runs until `cancel` fires.
+pub async fn watch_endpoints_file(
+    path: PathBuf,
+    store: EndpointStore,
+    interval: Duration,
+    cancel: CancellationToken,
+) {
+    let mut last = tokio::fs::read(&path).await.ok();
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut failing = false;
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = ticker.tick() => {}
+        }
+        let Ok(bytes) = tokio::fs::read(&path).await else {
+            if !failing {
+                warn!(path = %path.display(), "Endpoints file unreadable; keeping the previous list");
+                failing = true;
+            }
+            continue;
+        };
+        if last.as_deref() == Some(bytes.as_slice()) {
+            continue;
+        }
+        let parsed = String::from_utf8(bytes.clone())
+            .map_err(|e| DiscoveryError::Invalid { path: path.clone(), message: e.to_string() })
+            .and_then(|text| parse_endpoints(&text, &path));
+        match parsed {
+            Ok(endpoints) => {
+                let diff = store.replace(endpoints);
+                info!(path = %path.display(), added = diff.added.len(), updated = diff.updated.len(),
+                    removed = diff.removed.len(), "Endpoints file reloaded");
+                failing = false;
+                last = Some(bytes);
+            }
+            Err(error) => {
+                warn!(%error, "Endpoints file change rejected; keeping the previous list");
+                failing = true;
+                last = Some(bytes);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_documented_format() {
+        let text = r#"
+endpoints:
+  - name: pod-a
+    address: 10.0.0.5
+    port: 8000
+    metricsPort: 9000
+    labels: {llm-d.ai/role: decode}
+    kvEventsEndpoint: tcp://10.0.0.5:5557
+  - name: pod-b
+    address: "fd00::2"
+    port: 8001
+"#;
+        let eps = parse_endpoints(text, Path::new("t.yaml")).unwrap();
+        assert_eq!(eps[0].metrics_port, 9000);
+        assert_eq!(eps[0].label("llm-d.ai/role"), Some("decode"));
+        assert_eq!(&*eps[0].host_port, "10.0.0.5:8000");
+        assert_eq!(eps[1].metrics_port, 8001);
+        assert_eq!(&*eps[1].host_port, "[fd00::2]:8001");
+    }
+
+    #[test]
+    fn rejects_duplicates_unknown_fields_and_bad_addresses() {
+        let dup = "endpoints: [{name: a, address: 10.0.0.1, port: 1}, {name: a, address: 10.0.0.2, port: 1}]";
+        assert!(matches!(parse_endpoints(dup, Path::new("f")), Err(DiscoveryError::Invalid { .. })));
+        let unknown = "endpoints: [{name: a, address: 10.0.0.1, port: 1, weight: 3}]";
+        assert!(matches!(parse_endpoints(unknown, Path::new("f")), Err(DiscoveryError::Parse { .. })));
+        let bad = "endpoints: [{name: a, address: pod-a.local, port: 1}]";
+        assert!(matches!(parse_endpoints(bad, Path::new("f")), Err(DiscoveryError::Invalid { .. })));
+    }
+}

@@ -1,0 +1,218 @@
+//! Model-server metric scraping: one polling task per endpoint that GETs
+//! `http://<address>:<metricsPort><path>` every `--refresh-metrics-interval` over a shared
+//! keep-alive client, extracts the load figures and writes them into the endpoint's metrics
+//! cell. A dead or slow endpoint is marked failed (its values age and become stale), counted,
+//! and logged once per state change; it never stops the scraper or the service.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty, Limited};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use prometheus::IntCounterVec;
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, debug, info_span, warn};
+
+use super::model::{EndpointId, MetricsState};
+use super::store::{EndpointEntry, EndpointStore};
+use super::vllm_metrics::{EngineMapping, extract};
+
+/// Largest exposition accepted (vLLM's is ~30-100 KB).
+const MAX_BODY_BYTES: usize = 16 << 20;
+
+/// Scraper settings (from flags and the `metrics-data-source` / `core-metrics-extractor`
+/// plugin parameters).
+#[derive(Clone, Debug)]
+pub struct ScrapeConfig {
+    /// Poll period per endpoint.
+    pub interval: Duration,
+    /// Per-poll timeout.
+    pub timeout: Duration,
+    /// URL path (default `/metrics`).
+    pub path: String,
+    /// Engine mapping by name; the endpoint's engine label selects one, else `default_engine`.
+    pub engines: HashMap<String, EngineMapping>,
+    /// Pod label naming the engine.
+    pub engine_label: String,
+    /// Engine used when the label is absent.
+    pub default_engine: String,
+}
+
+/// Counters of the scraper.
+#[derive(Clone, Debug)]
+pub struct ScrapeMetrics {
+    /// `llm_d_epp_datalayer_poll_errors_total{source_type}`.
+    pub poll_errors: IntCounterVec,
+}
+
+impl ScrapeMetrics {
+    /// Registers the scraper counters.
+    pub fn register(registry: &prometheus::Registry) -> Result<Self, prometheus::Error> {
+        let poll_errors = IntCounterVec::new(
+            prometheus::Opts::new(
+                "llm_d_epp_datalayer_poll_errors_total",
+                "Failed model-server metric polls (connect, timeout, non-200, unparsable).",
+            ),
+            &["source_type"],
+        )?;
+        registry.register(Box::new(poll_errors.clone()))?;
+        Ok(Self { poll_errors })
+    }
+}
+
+/// Why one poll failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ScrapeError {
+    /// Connection or protocol failure.
+    #[error("request failed: {0}")]
+    Request(#[source] hyper_util::client::legacy::Error),
+    /// No answer within the timeout.
+    #[error("timed out after {0:?}")]
+    Timeout(Duration),
+    /// Non-200 status.
+    #[error("HTTP status {0}")]
+    Status(u16),
+    /// Body read failure or too large.
+    #[error("body read failed: {0}")]
+    Body(String),
+    /// The exposition had none of the expected families.
+    #[error("no known metric family in the exposition (missing: {0})")]
+    NoMetrics(String),
+    /// Bad URI.
+    #[error("invalid metrics URL {0}")]
+    Uri(String),
+}
+
+type HttpClient = Client<HttpConnector, Empty<Bytes>>;
+
+/// Runs the scrapers until `cancel`: follows the store, starting a task per new endpoint and
+/// stopping the task of each removed one.
+pub async fn run_scrapers(
+    store: EndpointStore,
+    config: Arc<ScrapeConfig>,
+    metrics: ScrapeMetrics,
+    cancel: CancellationToken,
+) {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    connector.set_connect_timeout(Some(config.timeout));
+    let client: HttpClient = Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(90))
+        .pool_max_idle_per_host(2)
+        .build(connector);
+    let mut changes = store.subscribe();
+    let mut tasks: HashMap<EndpointId, (Arc<EndpointEntry>, CancellationToken)> = HashMap::new();
+    loop {
+        let set = store.snapshot();
+        tasks.retain(|id, (entry, token)| {
+            let keep = set.get(id).is_some_and(|cur| Arc::ptr_eq(cur, entry));
+            if !keep {
+                token.cancel();
+            }
+            keep
+        });
+        for entry in &set.entries {
+            if tasks.contains_key(&entry.endpoint.id) {
+                continue;
+            }
+            let token = cancel.child_token();
+            let span = info_span!("scraper", endpoint = %entry.endpoint.id);
+            let poller = Poller { client: client.clone(), config: config.clone(), metrics: metrics.clone() };
+            tokio::spawn(poller.run(entry.clone(), token.clone()).instrument(span));
+            tasks.insert(entry.endpoint.id.clone(), (entry.clone(), token));
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            changed = changes.changed() => if changed.is_err() { return },
+        }
+    }
+}
+
+struct Poller {
+    client: HttpClient,
+    config: Arc<ScrapeConfig>,
+    metrics: ScrapeMetrics,
+}
+
+impl Poller {
+    async fn run(self, entry: Arc<EndpointEntry>, cancel: CancellationToken) {
+        let endpoint = &entry.endpoint;
+        let url = format!(
+            "http://{}{}",
+            super::model::host_port(endpoint.address, endpoint.metrics_port),
+            self.config.path
+        );
+        let engine = endpoint
+            .label(&self.config.engine_label)
+            .unwrap_or(&self.config.default_engine)
+            .to_string();
+        let Some(mapping) = self.config.engines.get(&engine).or_else(|| self.config.engines.get(&self.config.default_engine)) else {
+            warn!(engine, "No metric mapping for engine; endpoint will not be scraped");
+            return;
+        };
+        let mut ticker = tokio::time::interval(self.config.interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut failing = false;
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = ticker.tick() => {}
+            }
+            match self.poll(&url, mapping).await {
+                Ok(state) => {
+                    if failing {
+                        debug!("Metrics scrape recovered");
+                        failing = false;
+                    }
+                    entry.metrics.store(Arc::new(state));
+                }
+                Err(error) => {
+                    self.metrics.poll_errors.with_label_values(&["metrics-data-source"]).inc();
+                    if !failing {
+                        warn!(%error, url, "Metrics scrape failing; endpoint metrics will go stale");
+                        failing = true;
+                    }
+                    let prev = entry.metrics.load();
+                    if !prev.last_scrape_failed {
+                        let mut next = MetricsState::clone(&prev);
+                        next.last_scrape_failed = true;
+                        entry.metrics.store(Arc::new(next));
+                    }
+                }
+            }
+        }
+    }
+
+    async fn poll(&self, url: &str, mapping: &EngineMapping) -> Result<MetricsState, ScrapeError> {
+        let uri: hyper::Uri = url.parse().map_err(|_| ScrapeError::Uri(url.to_string()))?;
+        let request = hyper::Request::get(uri)
+            .header(hyper::header::ACCEPT, "text/plain")
+            .body(Empty::new())
+            .map_err(|_| ScrapeError::Uri(url.to_string()))?;
+        let fetch = async {
+            let response = self.client.request(request).await.map_err(ScrapeError::Request)?;
+            if response.status() != hyper::StatusCode::OK {
+                return Err(ScrapeError::Status(response.status().as_u16()));
+            }
+            let body = Limited::new(response.into_body(), MAX_BODY_BYTES)
+                .collect()
+                .await
+                .map_err(|e| ScrapeError::Body(e.to_string()))?;
+            Ok(body.to_bytes())
+        };
+        let body = tokio::time::timeout(self.config.timeout, fetch)
+            .await
+            .map_err(|_| ScrapeError::Timeout(self.config.timeout))??;
+        let text = String::from_utf8_lossy(&body);
+        let extracted = extract(&text, mapping);
+        if !extracted.extracted_any {
+            return Err(ScrapeError::NoMetrics(extracted.missing.join(", ")));
+        }
+        Ok(MetricsState { metrics: extracted.metrics, updated_at: Some(Instant::now()), last_scrape_failed: false })
+    }
+}

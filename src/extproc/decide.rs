@@ -1,0 +1,138 @@
+//! The synchronous request decision: body -> `InferenceRequest` -> candidates (subset hint
+//! applied) -> scheduler -> the header edits and body to send upstream. No I/O; the stream
+//! runs it inline for small bodies and on the blocking pool for large ones.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+
+use prost_types::Struct;
+use prost_types::value::Kind;
+use rand::seq::IndexedRandom;
+
+use super::error::ExtProcError;
+use crate::endpoints::model::Candidate;
+use crate::endpoints::store::EndpointStore;
+use crate::request::headers::{self, RequestHeaders, SUBSET_HINT_KEY, SUBSET_HINT_NAMESPACE};
+use crate::request::openai::{ApiKind, parse_body, rewrite_model};
+use crate::request::InferenceRequest;
+use crate::scheduling::scheduler::{Decision, Scheduler};
+
+/// Path suffixes whose bodies epp understands; anything else is passed through unparsed.
+const KNOWN_API_SUFFIXES: &[&str] = &["/chat/completions", "/completions", "/responses", "/embeddings", "/conversations"];
+
+/// A decided request.
+#[derive(Debug)]
+pub struct Outcome {
+    /// The request as scheduled.
+    pub request: InferenceRequest,
+    /// The decision.
+    pub decision: Decision,
+    /// The body to send upstream when it differs from the received one (model rewrite).
+    pub rewritten_body: Option<Vec<u8>>,
+}
+
+/// Parses the request, applies the subset hint and schedules it.
+pub fn decide(
+    scheduler: &Scheduler,
+    store: &EndpointStore,
+    headers: &RequestHeaders,
+    metadata: &HashMap<String, Struct>,
+    body: &[u8],
+    use_subset_hint: bool,
+) -> Result<Outcome, ExtProcError> {
+    let mut request = base_request(headers);
+    request.body_len = body.len();
+    let path = headers.path();
+    let path_only = path.split('?').next().unwrap_or(path);
+    let mut rewritten_body = None;
+    if KNOWN_API_SUFFIXES.iter().any(|s| path_only.ends_with(s)) {
+        let parsed = parse_body(ApiKind::from_path(path), body)?;
+        request.incoming_model = parsed.model.clone();
+        request.target_model = match headers.model_rewrite() {
+            Some(target) if target != parsed.model => {
+                rewritten_body = Some(rewrite_model(body, target)?);
+                target.to_string()
+            }
+            _ => parsed.model.clone(),
+        };
+        request.body = Some(parsed);
+    }
+    let mut candidates = store.candidates();
+    if use_subset_hint {
+        if let Some(hint) = subset_hint(metadata) {
+            candidates = restrict_to_subset(candidates, &hint);
+        }
+    }
+    let decision = scheduler.schedule(&request, candidates)?;
+    Ok(Outcome { request, decision, rewritten_body })
+}
+
+/// The request fields known from the headers alone.
+pub fn base_request(headers: &RequestHeaders) -> InferenceRequest {
+    let request_id = headers
+        .get(headers::REQUEST_ID)
+        .filter(|v| !v.is_empty())
+        .map_or_else(|| uuid::Uuid::new_v4().to_string(), str::to_string);
+    InferenceRequest { request_id, headers: headers.clone(), ..Default::default() }
+}
+
+/// A uniformly random endpoint for body-less requests (GIE behaviour); `Internal` when the
+/// pool is empty.
+pub fn random_endpoint(store: &EndpointStore) -> Result<Candidate, ExtProcError> {
+    store.candidates().choose(&mut rand::rng()).cloned().ok_or_else(|| ExtProcError::Internal("no pods available in datastore".into()))
+}
+
+/// The gateway's subset hint: `Some(list)` when the key is present (possibly empty).
+pub fn subset_hint(metadata: &HashMap<String, Struct>) -> Option<Vec<String>> {
+    let value = metadata.get(SUBSET_HINT_NAMESPACE)?.fields.get(SUBSET_HINT_KEY)?;
+    let list = match &value.kind {
+        Some(Kind::ListValue(l)) => l
+            .values
+            .iter()
+            .filter_map(|v| match &v.kind {
+                Some(Kind::StringValue(s)) => Some(s.clone()),
+                _ => None,
+            })
+            .collect(),
+        Some(Kind::StringValue(s)) => s.split(',').map(|p| p.trim().to_string()).filter(|p| !p.is_empty()).collect(),
+        _ => Vec::new(),
+    };
+    Some(list)
+}
+
+/// Parses the address part of `ip:port`, `[v6]:port`, `ip` or `v6`.
+fn hint_ip(entry: &str) -> Option<IpAddr> {
+    if let Ok(ip) = entry.parse::<IpAddr>() {
+        return Some(ip);
+    }
+    if let Ok(sa) = entry.parse::<std::net::SocketAddr>() {
+        return Some(sa.ip());
+    }
+    let (host, _) = entry.rsplit_once(':')?;
+    host.trim_start_matches('[').trim_end_matches(']').parse().ok()
+}
+
+/// Keeps candidates whose IP is listed (ports ignored, as GIE does: every rank of a hinted
+/// pod qualifies).
+pub fn restrict_to_subset(candidates: Vec<Candidate>, hint: &[String]) -> Vec<Candidate> {
+    let ips: Vec<IpAddr> = hint.iter().filter_map(|h| hint_ip(h)).collect();
+    candidates.into_iter().filter(|c| ips.contains(&c.endpoint.address)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_util::endpoint;
+
+    #[test]
+    fn subset_matches_by_ip_in_every_spelling() {
+        let c = vec![endpoint("a").build(), endpoint("b").build()];
+        let a_ip = c[0].endpoint.address.to_string();
+        let kept = restrict_to_subset(c.clone(), &[format!("{a_ip}:9999")]);
+        assert_eq!(kept.len(), 1);
+        assert_eq!(&**kept[0].id(), "a");
+        assert!(restrict_to_subset(c.clone(), &[]).is_empty());
+        assert_eq!(restrict_to_subset(c, &[a_ip]).len(), 1);
+        assert_eq!(hint_ip("[fd00::1]:8000"), "fd00::1".parse().ok());
+    }
+}

@@ -1,0 +1,82 @@
+//! The single mapping from request-processing failures to the wire: an `ImmediateResponse`
+//! with HTTP status and body `inference error: <Code> - <Msg>` (GIE's format and codes).
+
+use crate::request::openai::BodyError;
+use crate::scheduling::ScheduleError;
+
+/// A request-processing failure that ends the request with an immediate response.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ExtProcError {
+    /// Malformed body, missing or non-string `model`, failed validation -> 400.
+    #[error("{0}")]
+    BadRequest(String),
+    /// No candidate endpoint (empty pool, or the subset hint matched none) -> 503.
+    #[error("{0}")]
+    ServiceUnavailable(String),
+    /// Every candidate filtered out, or a sheddable request while saturated -> 429.
+    #[error("{0}")]
+    ResourceExhausted(String),
+    /// Anything else -> 500.
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl ExtProcError {
+    /// HTTP status code.
+    pub fn http_status(&self) -> u16 {
+        match self {
+            Self::BadRequest(_) => 400,
+            Self::ServiceUnavailable(_) => 503,
+            Self::ResourceExhausted(_) => 429,
+            Self::Internal(_) => 500,
+        }
+    }
+
+    /// Error code name (also the `error_code` metric label).
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::BadRequest(_) => "BadRequest",
+            Self::ServiceUnavailable(_) => "ServiceUnavailable",
+            Self::ResourceExhausted(_) => "ResourceExhausted",
+            Self::Internal(_) => "Internal",
+        }
+    }
+
+    /// The response body Envoy returns to the client.
+    pub fn body(&self) -> String {
+        format!("inference error: {} - {}", self.code(), self)
+    }
+}
+
+impl From<BodyError> for ExtProcError {
+    fn from(e: BodyError) -> Self {
+        Self::BadRequest(e.to_string())
+    }
+}
+
+impl From<ScheduleError> for ExtProcError {
+    fn from(e: ScheduleError) -> Self {
+        match e {
+            ScheduleError::NoCandidates => Self::ServiceUnavailable(e.to_string()),
+            ScheduleError::AllFiltered { .. } | ScheduleError::NoResult { .. } | ScheduleError::NoProfileRan | ScheduleError::Saturated => {
+                Self::ResourceExhausted(e.to_string())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maps_each_failure_to_its_status() {
+        assert_eq!(ExtProcError::from(ScheduleError::NoCandidates).http_status(), 503);
+        assert_eq!(ExtProcError::from(ScheduleError::Saturated).http_status(), 429);
+        let filtered = ScheduleError::AllFiltered { profile: "p".into(), filter: "f".into() };
+        assert_eq!(ExtProcError::from(filtered).http_status(), 429);
+        let e = ExtProcError::BadRequest("model not found in request body".into());
+        assert_eq!(e.body(), "inference error: BadRequest - model not found in request body");
+        assert_eq!(ExtProcError::Internal("x".into()).http_status(), 500);
+    }
+}

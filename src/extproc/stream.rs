@@ -1,0 +1,426 @@
+//! The per-stream state machine: one gRPC stream is one HTTP request. Request side by body
+//! mode: full duplex (hold the headers reply until the body ends, then headers reply with
+//! the destination, the body echoed in <= 62000-byte chunks, and a trailers reply if the
+//! body ended with trailers), buffered (headers answered at once, the destination in the
+//! body reply), headers-only / body-less (destination at once), streamed (no body-aware
+//! pick possible: destination at once, each chunk acknowledged). Response side: headers,
+//! body (SSE chunks echoed as they come, JSON buffered then echoed) and trailers answered in
+//! order; usage read for metrics; completion hooks run exactly once, also when the client
+//! goes away. Body data after the first end of stream is ignored (Envoy's duplicate-EOS
+//! quirk), so a request is never scheduled twice.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use prost_types::Struct;
+use tracing::debug;
+
+use super::decide::{Outcome, decide, random_endpoint};
+use super::error::ExtProcError;
+use super::response::{self as resp, Direction};
+use super::service::Shared;
+use crate::proto::envoy::config::core::v3::HeaderMap;
+use crate::proto::ext_proc::processing_request::Request;
+use crate::proto::ext_proc::{CommonResponse, ProcessingRequest, ProcessingResponse};
+use crate::request::headers::{self, CONTENT_LENGTH, DESTINATION_ENDPOINT, REQUEST_ID, RequestHeaders};
+use crate::request::usage::{SseUsageScanner, Usage, restore_model_name, usage_from_json};
+use crate::request::InferenceRequest;
+use crate::scheduling::result::SchedulingResult;
+
+/// Bodies larger than this are parsed and scheduled on the blocking pool.
+const OFFLOAD_BODY_BYTES: usize = 256 * 1024;
+
+/// How the request body reaches us.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RequestMode {
+    /// `FULL_DUPLEX_STREAMED`.
+    FullDuplex,
+    /// `BUFFERED` / `BUFFERED_PARTIAL`.
+    Buffered,
+    /// `NONE`: no body messages.
+    HeadersOnly,
+    /// `STREAMED`: chunks after the headers reply.
+    Streamed,
+}
+
+/// How response bodies reach us.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResponseMode {
+    /// Echo chunks as `streamed_response`.
+    FullDuplex,
+    /// One `BodyResponse` per message.
+    PerMessage,
+}
+
+fn request_mode(mode: i32) -> RequestMode {
+    match mode {
+        0 => RequestMode::HeadersOnly,
+        1 => RequestMode::Streamed,
+        2 | 3 => RequestMode::Buffered,
+        _ => RequestMode::FullDuplex,
+    }
+}
+
+fn response_mode(mode: i32) -> ResponseMode {
+    if mode == 4 || mode == 5 { ResponseMode::FullDuplex } else { ResponseMode::PerMessage }
+}
+
+/// A scheduled request awaiting its response.
+#[derive(Debug)]
+struct Scheduled {
+    request: InferenceRequest,
+    result: Option<SchedulingResult>,
+}
+
+/// Per-stream state.
+pub struct StreamProcessor {
+    shared: Arc<Shared>,
+    started: Instant,
+    seen_first: bool,
+    req_mode: RequestMode,
+    resp_mode: ResponseMode,
+    headers: RequestHeaders,
+    metadata: HashMap<String, Struct>,
+    body: Vec<u8>,
+    request_done: bool,
+    scheduled: Option<Scheduled>,
+    response_streaming: bool,
+    response_buffer: Vec<u8>,
+    sse: Option<SseUsageScanner>,
+    usage: Option<Usage>,
+    completed: bool,
+    closed: bool,
+}
+
+impl StreamProcessor {
+    /// A processor for a new stream.
+    pub fn new(shared: Arc<Shared>) -> Self {
+        let req_mode = if shared.options.default_buffered { RequestMode::Buffered } else { RequestMode::FullDuplex };
+        let resp_mode = if shared.options.default_buffered { ResponseMode::PerMessage } else { ResponseMode::FullDuplex };
+        Self {
+            shared,
+            started: Instant::now(),
+            seen_first: false,
+            req_mode,
+            resp_mode,
+            headers: RequestHeaders::default(),
+            metadata: HashMap::new(),
+            body: Vec::new(),
+            request_done: false,
+            scheduled: None,
+            response_streaming: false,
+            response_buffer: Vec::new(),
+            sse: None,
+            usage: None,
+            completed: false,
+            closed: false,
+        }
+    }
+
+    /// True once an immediate response ended the exchange.
+    pub fn is_closed(&self) -> bool {
+        self.closed
+    }
+
+    /// Handles one message; returns the replies to send, in order.
+    pub async fn handle(&mut self, msg: ProcessingRequest) -> Vec<ProcessingResponse> {
+        if !self.seen_first {
+            self.seen_first = true;
+            if let Some(pc) = &msg.protocol_config {
+                self.req_mode = request_mode(pc.request_body_mode);
+                self.resp_mode = response_mode(pc.response_body_mode);
+            }
+        }
+        if let Some(md) = &msg.metadata_context {
+            if !md.filter_metadata.is_empty() {
+                self.metadata = md.filter_metadata.clone();
+            }
+        }
+        let replies = match msg.request {
+            Some(Request::RequestHeaders(h)) => self.on_request_headers(h.headers.as_ref(), h.end_of_stream).await,
+            Some(Request::RequestBody(b)) => self.on_request_body(b.body, b.end_of_stream).await,
+            Some(Request::RequestTrailers(_)) => self.on_request_trailers().await,
+            Some(Request::ResponseHeaders(h)) => self.on_response_headers(h.headers.as_ref(), h.end_of_stream),
+            Some(Request::ResponseBody(b)) => self.on_response_body(b.body, b.end_of_stream),
+            Some(Request::ResponseTrailers(_)) => {
+                self.complete();
+                vec![resp::response_trailers()]
+            }
+            None => Vec::new(),
+        };
+        // In observability mode Envoy expects no replies at all.
+        if msg.observability_mode { Vec::new() } else { replies }
+    }
+
+    async fn on_request_headers(&mut self, map: Option<&HeaderMap>, end_of_stream: bool) -> Vec<ProcessingResponse> {
+        self.headers = read_headers(map);
+        if let Some(len) = self.headers.get(CONTENT_LENGTH).and_then(|v| v.parse::<usize>().ok()) {
+            self.body.reserve(len.min(self.shared.options.max_body_bytes));
+        }
+        match (end_of_stream, self.req_mode) {
+            (true, _) | (_, RequestMode::HeadersOnly) | (_, RequestMode::Streamed) => {
+                self.request_done = end_of_stream;
+                self.pick_without_body()
+            }
+            (false, RequestMode::Buffered) => vec![resp::request_headers(CommonResponse::default())],
+            (false, RequestMode::FullDuplex) => Vec::new(),
+        }
+    }
+
+    async fn on_request_body(&mut self, chunk: Vec<u8>, end_of_stream: bool) -> Vec<ProcessingResponse> {
+        if self.req_mode == RequestMode::Streamed || self.request_done {
+            // Streamed: the pick was made at the headers; acknowledge each chunk. After the
+            // first end of stream: Envoy's duplicate-EOS quirk, never schedule twice.
+            return match self.req_mode {
+                RequestMode::FullDuplex => Vec::new(),
+                _ => vec![resp::request_body(CommonResponse::default())],
+            };
+        }
+        if self.body.len() + chunk.len() > self.shared.options.max_body_bytes {
+            let limit = self.shared.options.max_body_bytes;
+            return self.fail(ExtProcError::BadRequest(format!("request body larger than {limit} bytes")));
+        }
+        self.body.extend_from_slice(&chunk);
+        if !end_of_stream {
+            return match self.req_mode {
+                RequestMode::FullDuplex => Vec::new(),
+                _ => vec![resp::request_body(CommonResponse::default())],
+            };
+        }
+        self.request_done = true;
+        self.schedule_body(false).await
+    }
+
+    async fn on_request_trailers(&mut self) -> Vec<ProcessingResponse> {
+        if self.req_mode == RequestMode::FullDuplex && !self.request_done && self.scheduled.is_none() {
+            self.request_done = true;
+            return self.schedule_body(true).await;
+        }
+        vec![resp::request_trailers()]
+    }
+
+    /// Parses and schedules the whole body, then builds the replies for the body mode.
+    async fn schedule_body(&mut self, ended_with_trailers: bool) -> Vec<ProcessingResponse> {
+        let body = std::mem::take(&mut self.body);
+        let use_hint = !self.shared.options.disable_subset_filter;
+        let (outcome, body) = if body.len() > OFFLOAD_BODY_BYTES {
+            let shared = self.shared.clone();
+            let headers = self.headers.clone();
+            let metadata = self.metadata.clone();
+            let joined = tokio::task::spawn_blocking(move || {
+                let scheduler = shared.scheduler.load();
+                let outcome = decide(&scheduler, &shared.store, &headers, &metadata, &body, use_hint);
+                (outcome, body)
+            })
+            .await;
+            match joined {
+                Ok(pair) => pair,
+                Err(e) => return self.fail(ExtProcError::Internal(format!("scheduling task failed: {e}"))),
+            }
+        } else {
+            let scheduler = self.shared.scheduler.load();
+            (decide(&scheduler, &self.shared.store, &self.headers, &self.metadata, &body, use_hint), body)
+        };
+        match outcome {
+            Ok(outcome) => self.reply_scheduled(outcome, body, ended_with_trailers),
+            Err(e) => self.fail(e),
+        }
+    }
+
+    fn reply_scheduled(&mut self, outcome: Outcome, body: Vec<u8>, ended_with_trailers: bool) -> Vec<ProcessingResponse> {
+        let Outcome { request, decision, rewritten_body } = outcome;
+        let destination = decision.result.destination();
+        let upstream = rewritten_body.as_deref().unwrap_or(&body);
+        let mut set = vec![(DESTINATION_ENDPOINT.to_string(), destination.clone())];
+        if !upstream.is_empty() {
+            set.push((CONTENT_LENGTH.to_string(), upstream.len().to_string()));
+        }
+        set.push((REQUEST_ID.to_string(), request.request_id.clone()));
+        set.extend(decision.headers.set.iter().cloned());
+        let mut remove = decision.headers.remove.clone();
+        remove.extend(control_headers_present(&self.headers));
+        let common = CommonResponse { header_mutation: Some(resp::mutation(&set, &remove)), clear_route_cache: true, ..Default::default() };
+        debug!(request_id = %request.request_id, model = %request.target_model, %destination, "Scheduled");
+        self.shared.metrics.scheduled(&request.incoming_model, &request.target_model, body.len());
+        self.response_streaming = request.body.as_ref().is_some_and(|b| b.stream);
+        let metadata = resp::destination_metadata(&destination);
+        let mut out = Vec::new();
+        match self.req_mode {
+            RequestMode::Buffered => {
+                let mut common = common;
+                if let Some(new_body) = rewritten_body.clone() {
+                    common.body_mutation = Some(resp::body_replacement(new_body));
+                }
+                let mut reply = resp::request_body(common);
+                reply.dynamic_metadata = Some(metadata);
+                out.push(reply);
+            }
+            _ => {
+                let mut reply = resp::request_headers(common);
+                reply.dynamic_metadata = Some(metadata);
+                out.push(reply);
+                out.extend(resp::chunked_body(Direction::Request, upstream, !ended_with_trailers));
+                if ended_with_trailers {
+                    out.push(resp::request_trailers());
+                }
+            }
+        }
+        self.scheduled = Some(Scheduled { request, result: Some(decision.result) });
+        out
+    }
+
+    /// Body-less requests (and header-only modes): a random endpoint, at once.
+    fn pick_without_body(&mut self) -> Vec<ProcessingResponse> {
+        let candidate = match random_endpoint(&self.shared.store) {
+            Ok(c) => c,
+            Err(e) => return self.fail(e),
+        };
+        let request = super::decide::base_request(&self.headers);
+        let destination = candidate.endpoint.host_port.to_string();
+        let set = vec![(DESTINATION_ENDPOINT.to_string(), destination.clone()), (REQUEST_ID.to_string(), request.request_id.clone())];
+        let common = CommonResponse {
+            header_mutation: Some(resp::mutation(&set, &control_headers_present(&self.headers))),
+            clear_route_cache: true,
+            ..Default::default()
+        };
+        let mut reply = resp::request_headers(common);
+        reply.dynamic_metadata = Some(resp::destination_metadata(&destination));
+        self.scheduled = Some(Scheduled { request, result: None });
+        vec![reply]
+    }
+
+    fn fail(&mut self, error: ExtProcError) -> Vec<ProcessingResponse> {
+        let model = self.scheduled.as_ref().map(|s| s.request.incoming_model.clone()).unwrap_or_default();
+        debug!(%error, status = error.http_status(), "Request rejected");
+        self.shared.metrics.error(&model, &model, error.code());
+        self.closed = true;
+        vec![resp::immediate(&error)]
+    }
+
+    fn on_response_headers(&mut self, map: Option<&HeaderMap>, end_of_stream: bool) -> Vec<ProcessingResponse> {
+        let h = read_headers(map);
+        let status = h.get(":status").and_then(|s| s.parse::<u16>().ok());
+        if h.get("content-type").is_some_and(|ct| ct.contains("text/event-stream")) {
+            self.response_streaming = true;
+        }
+        if self.response_streaming {
+            self.sse = Some(SseUsageScanner::default());
+        }
+        if let Some(s) = &self.scheduled {
+            if let Some(result) = &s.result {
+                for hook in &self.shared.scheduler.load().response {
+                    hook.on_response_headers(&s.request, result, status);
+                }
+            }
+            if status.is_some_and(|c| c >= 500) {
+                self.shared.metrics.error(&s.request.incoming_model, &s.request.target_model, "ModelServerError");
+            }
+        }
+        let set = vec![(headers::WENT_INTO_RESP_HEADERS.to_string(), "true".to_string())];
+        let reply = resp::response_headers(CommonResponse { header_mutation: Some(resp::mutation(&set, &[])), ..Default::default() });
+        if end_of_stream {
+            self.complete();
+        }
+        vec![reply]
+    }
+
+    fn on_response_body(&mut self, chunk: Vec<u8>, end_of_stream: bool) -> Vec<ProcessingResponse> {
+        let restore = self.model_restore();
+        let mut out = Vec::new();
+        if self.response_streaming {
+            if let Some(sse) = &mut self.sse {
+                sse.feed(&chunk);
+            }
+            let chunk = match &restore {
+                Some((target, incoming)) => restore_model_name(&chunk, target, incoming).unwrap_or(chunk),
+                None => chunk,
+            };
+            out.push(match self.resp_mode {
+                ResponseMode::FullDuplex => resp::streamed_chunk(Direction::Response, chunk, end_of_stream),
+                ResponseMode::PerMessage => resp::response_body(CommonResponse::default()),
+            });
+        } else {
+            self.response_buffer.extend_from_slice(&chunk);
+            match self.resp_mode {
+                ResponseMode::FullDuplex if end_of_stream => {
+                    let body = std::mem::take(&mut self.response_buffer);
+                    self.usage = usage_from_json(&body);
+                    let body = match &restore {
+                        Some((target, incoming)) => restore_model_name(&body, target, incoming).unwrap_or(body),
+                        None => body,
+                    };
+                    out.extend(resp::chunked_body(Direction::Response, &body, true));
+                }
+                ResponseMode::FullDuplex => {}
+                ResponseMode::PerMessage => {
+                    let mut common = CommonResponse::default();
+                    if end_of_stream {
+                        let body = std::mem::take(&mut self.response_buffer);
+                        self.usage = usage_from_json(&body);
+                        if let Some((target, incoming)) = &restore {
+                            if let Some(restored) = restore_model_name(&body, target, incoming) {
+                                common.body_mutation = Some(resp::body_replacement(restored));
+                            }
+                        }
+                    }
+                    out.push(resp::response_body(common));
+                }
+            }
+        }
+        if end_of_stream {
+            self.complete();
+        }
+        out
+    }
+
+    /// (target, incoming) when the model name was rewritten and must be restored.
+    fn model_restore(&self) -> Option<(String, String)> {
+        let s = self.scheduled.as_ref()?;
+        (s.request.target_model != s.request.incoming_model && !s.request.incoming_model.is_empty())
+            .then(|| (s.request.target_model.clone(), s.request.incoming_model.clone()))
+    }
+
+    /// Runs completion accounting once: at response end of stream, or when the stream ends.
+    pub fn complete(&mut self) {
+        if self.completed {
+            return;
+        }
+        self.completed = true;
+        let Some(s) = &self.scheduled else { return };
+        let usage = self.usage.or_else(|| self.sse.as_ref().and_then(SseUsageScanner::usage));
+        if let Some(result) = &s.result {
+            for hook in &self.shared.scheduler.load().response {
+                hook.on_response_complete(&s.request, result, usage.as_ref());
+            }
+            self.shared.metrics.finished(&s.request.incoming_model, &s.request.target_model, self.started.elapsed().as_secs_f64(), usage.as_ref());
+        }
+    }
+}
+
+/// Reads a header map (`raw_value`, falling back to `value`), keys lower-cased.
+pub fn read_headers(map: Option<&HeaderMap>) -> RequestHeaders {
+    let all = map
+        .map(|m| {
+            m.headers
+                .iter()
+                .map(|h| {
+                    let value = if h.raw_value.is_empty() { h.value.clone() } else { String::from_utf8_lossy(&h.raw_value).into_owned() };
+                    (h.key.to_ascii_lowercase(), value)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    RequestHeaders { all }
+}
+
+/// Inbound control headers to strip from the upstream request (never `content-length` or
+/// pseudo-headers).
+fn control_headers_present(h: &RequestHeaders) -> Vec<String> {
+    h.all
+        .iter()
+        .map(|(k, _)| k)
+        .filter(|k| headers::is_system_owned(k) && *k != CONTENT_LENGTH)
+        .cloned()
+        .collect()
+}

@@ -1,0 +1,219 @@
+//! Plugin contracts: one trait per extension point (profile handler, filter, scorer, picker,
+//! data producer, pre-request hook, response hook), the `PluginInstance` that records which
+//! roles one configured plugin fills, and the catalogue modules. Every method is synchronous,
+//! takes `&self` and does no I/O: plugins read the request, the per-request data produced
+//! before scheduling, and the candidates' metric snapshots.
+
+pub mod filter;
+pub mod picker;
+pub mod producer;
+pub mod profile_handler;
+pub mod registry;
+pub mod scorer;
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::endpoints::model::Candidate;
+use crate::request::usage::Usage;
+use crate::scheduling::context::{DataKey, SchedulingContext};
+use crate::scheduling::data::RequestData;
+use crate::scheduling::result::{HeaderEdits, ProfileResults, SchedulingResult};
+use crate::scheduling::ScheduleError;
+use crate::request::InferenceRequest;
+
+/// Name of a configured plugin instance (`plugins[].name`, defaulting to its type).
+pub type PluginName = Arc<str>;
+
+/// Chooses which profiles run and combines their results.
+pub trait ProfileHandler: Send + Sync + fmt::Debug {
+    /// Names of the profiles to run next, given the results so far; empty stops the loop.
+    fn pick(&self, cx: &SchedulingContext<'_>, profiles: &[Arc<str>], results: &ProfileResults) -> Vec<Arc<str>>;
+    /// Turns the profile results into the scheduling result (primary profile and others).
+    fn process_results(&self, cx: &SchedulingContext<'_>, results: ProfileResults) -> Result<SchedulingResult, ScheduleError>;
+}
+
+/// Keeps a subset of the candidates. Must return a subset of its input, in any order.
+pub trait Filter: Send + Sync + fmt::Debug {
+    /// The kept candidates.
+    fn filter(&self, cx: &SchedulingContext<'_>, candidates: Vec<Candidate>) -> Vec<Candidate>;
+}
+
+/// Scores candidates in [0.0, 1.0]; 1.0 is most preferred. The engine clamps out-of-range
+/// values and treats a missing score as 0.
+pub trait Scorer: Send + Sync + fmt::Debug {
+    /// One score per candidate, aligned with `candidates`.
+    fn score(&self, cx: &SchedulingContext<'_>, candidates: &[Candidate]) -> Vec<f64>;
+}
+
+/// A candidate with its weighted total score.
+#[derive(Clone, Debug)]
+pub struct ScoredCandidate {
+    /// The candidate.
+    pub candidate: Candidate,
+    /// Sum of weight x clamped score over the profile's scorers.
+    pub score: f64,
+}
+
+/// Chooses the target endpoints (first = primary) from scored candidates.
+pub trait Picker: Send + Sync + fmt::Debug {
+    /// The chosen endpoints; a subset of the input.
+    fn pick(&self, cx: &SchedulingContext<'_>, scored: Vec<ScoredCandidate>) -> Vec<Candidate>;
+}
+
+/// Computes per-request facts once, before any profile runs.
+pub trait DataProducer: Send + Sync + fmt::Debug {
+    /// What this producer writes.
+    fn produces(&self) -> Vec<DataKey>;
+    /// What it reads (must be produced earlier).
+    fn consumes(&self) -> Vec<DataKey> {
+        Vec::new()
+    }
+    /// Writes its data for this request.
+    fn produce(&self, request: &InferenceRequest, candidates: &[Candidate], data: &mut RequestData);
+}
+
+/// Sees the decision before the headers reply; may add or remove request headers and update
+/// its own state (e.g. record the prefix on the chosen endpoint).
+pub trait PreRequest: Send + Sync + fmt::Debug {
+    /// Called once per scheduled request.
+    fn pre_request(&self, cx: &SchedulingContext<'_>, result: &SchedulingResult, headers: &mut HeaderEdits);
+}
+
+/// Sees the response of a scheduled request.
+pub trait ResponseHook: Send + Sync + fmt::Debug {
+    /// Response headers arrived (status code when known).
+    fn on_response_headers(&self, _request: &InferenceRequest, _result: &SchedulingResult, _status: Option<u16>) {}
+    /// The response completed, or the stream ended early; `usage` when the body reported it.
+    fn on_response_complete(&self, request: &InferenceRequest, result: &SchedulingResult, usage: Option<&Usage>);
+}
+
+/// Estimates how saturated a candidate set is (>= 1.0 = saturated); used to shed
+/// sheddable (negative-priority) requests.
+pub trait SaturationDetector: Send + Sync + fmt::Debug {
+    /// Saturation of `candidates` at `now`.
+    fn saturation(&self, candidates: &[Candidate], now: tokio::time::Instant) -> f64;
+}
+
+/// Declares data a plugin consumes (scorers, filters, handlers), so the loader can create
+/// default producers and reject references to producers that do not exist.
+pub trait Consumer: Send + Sync + fmt::Debug {
+    /// The keys read.
+    fn consumes(&self) -> Vec<DataKey>;
+}
+
+/// One configured plugin and every role it fills.
+#[derive(Clone, Debug)]
+pub struct PluginInstance {
+    /// Instance name.
+    pub name: PluginName,
+    /// Registered type name.
+    pub type_name: &'static str,
+    /// Profile-handler role.
+    pub profile_handler: Option<Arc<dyn ProfileHandler>>,
+    /// Filter role.
+    pub filter: Option<Arc<dyn Filter>>,
+    /// Scorer role.
+    pub scorer: Option<Arc<dyn Scorer>>,
+    /// Picker role.
+    pub picker: Option<Arc<dyn Picker>>,
+    /// Data-producer role.
+    pub producer: Option<Arc<dyn DataProducer>>,
+    /// Pre-request role.
+    pub pre_request: Option<Arc<dyn PreRequest>>,
+    /// Response role.
+    pub response: Option<Arc<dyn ResponseHook>>,
+    /// Data this plugin reads outside the producer role.
+    pub consumer: Option<Arc<dyn Consumer>>,
+    /// Saturation-detector role.
+    pub saturation: Option<Arc<dyn SaturationDetector>>,
+    /// A data-layer or policy plugin that the scheduler itself does not call (metrics
+    /// sources, extractors, parsers, flow-control policies).
+    pub passive: bool,
+}
+
+impl PluginInstance {
+    /// An instance with no roles yet.
+    pub fn new(name: PluginName, type_name: &'static str) -> Self {
+        Self {
+            name,
+            type_name,
+            profile_handler: None,
+            filter: None,
+            scorer: None,
+            picker: None,
+            producer: None,
+            pre_request: None,
+            response: None,
+            consumer: None,
+            saturation: None,
+            passive: false,
+        }
+    }
+
+    /// Adds the profile-handler role.
+    pub fn with_profile_handler(mut self, p: Arc<dyn ProfileHandler>) -> Self {
+        self.profile_handler = Some(p);
+        self
+    }
+    /// Adds the filter role.
+    pub fn with_filter(mut self, p: Arc<dyn Filter>) -> Self {
+        self.filter = Some(p);
+        self
+    }
+    /// Adds the scorer role.
+    pub fn with_scorer(mut self, p: Arc<dyn Scorer>) -> Self {
+        self.scorer = Some(p);
+        self
+    }
+    /// Adds the picker role.
+    pub fn with_picker(mut self, p: Arc<dyn Picker>) -> Self {
+        self.picker = Some(p);
+        self
+    }
+    /// Adds the producer role.
+    pub fn with_producer(mut self, p: Arc<dyn DataProducer>) -> Self {
+        self.producer = Some(p);
+        self
+    }
+    /// Adds the pre-request role.
+    pub fn with_pre_request(mut self, p: Arc<dyn PreRequest>) -> Self {
+        self.pre_request = Some(p);
+        self
+    }
+    /// Adds the response role.
+    pub fn with_response(mut self, p: Arc<dyn ResponseHook>) -> Self {
+        self.response = Some(p);
+        self
+    }
+    /// Declares consumed data.
+    pub fn with_consumer(mut self, p: Arc<dyn Consumer>) -> Self {
+        self.consumer = Some(p);
+        self
+    }
+    /// Adds the saturation-detector role.
+    pub fn with_saturation(mut self, p: Arc<dyn SaturationDetector>) -> Self {
+        self.saturation = Some(p);
+        self
+    }
+    /// Marks the plugin as passive (data layer / policy).
+    pub fn passive(mut self) -> Self {
+        self.passive = true;
+        self
+    }
+
+    /// Human-readable list of roles, for errors ("scorer, pre-request").
+    pub fn roles(&self) -> String {
+        let mut r = Vec::new();
+        if self.profile_handler.is_some() { r.push("profile handler") }
+        if self.filter.is_some() { r.push("filter") }
+        if self.scorer.is_some() { r.push("scorer") }
+        if self.picker.is_some() { r.push("picker") }
+        if self.producer.is_some() { r.push("data producer") }
+        if self.pre_request.is_some() { r.push("pre-request hook") }
+        if self.response.is_some() { r.push("response hook") }
+        if self.saturation.is_some() { r.push("saturation detector") }
+        if self.passive { r.push("data-layer/policy plugin") }
+        r.join(", ")
+    }
+}

@@ -1,0 +1,44 @@
+//! `random-picker`: uniformly random endpoints, ignoring scores. Parameters:
+//! `maxNumOfEndpoints` (1).
+
+use std::sync::Arc;
+
+use rand::seq::SliceRandom;
+
+use super::PickerParams;
+use crate::endpoints::model::Candidate;
+use crate::plugins::registry::{BuildContext, BuildError, PluginSpec, decode_params};
+use crate::plugins::{Picker, PluginInstance, ScoredCandidate};
+use crate::scheduling::context::SchedulingContext;
+
+/// Type name.
+pub const TYPE: &str = "random-picker";
+
+/// Picks at random.
+#[derive(Debug)]
+pub struct RandomPicker {
+    count: usize,
+}
+
+/// Factory.
+pub fn build(spec: &PluginSpec, _: &BuildContext) -> Result<PluginInstance, BuildError> {
+    let params: PickerParams = decode_params(spec)?;
+    Ok(PluginInstance::new(spec.name.clone(), TYPE).with_picker(Arc::new(RandomPicker { count: params.count() })))
+}
+
+impl Picker for RandomPicker {
+    fn pick(&self, _: &SchedulingContext<'_>, mut scored: Vec<ScoredCandidate>) -> Vec<Candidate> {
+        scored.shuffle(&mut rand::rng());
+        scored.into_iter().take(self.count).map(|s| s.candidate).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contract() {
+        super::super::contract::check(&RandomPicker { count: 3 }, 3);
+    }
+}

@@ -1,0 +1,7 @@
+//! Data producers: compute per-request facts once, before any profile runs (token ids, prefix
+//! matches), and passive data-layer/policy plugins that configs name but the scheduler does
+//! not call.
+
+pub mod approx_prefix;
+pub mod passive;
+pub mod token;

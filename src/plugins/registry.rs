@@ -1,0 +1,200 @@
+//! The plugin registry: plugin type name -> factory, built once by `builtin()`. A factory turns
+//! a `PluginSpec` (name, type, raw parameters, config path) into a `PluginInstance`, decoding
+//! its parameters strictly. Deprecated aliases map to their replacement and log once.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use serde::de::DeserializeOwned;
+
+use super::{PluginInstance, PluginName, filter, picker, producer, profile_handler, scorer};
+use crate::endpoints::store::EndpointStore;
+use crate::telemetry::twin::{RATIO_BUCKETS, TwinGaugeVec, TwinHistogramVec};
+
+/// A plugin as configured.
+#[derive(Clone, Debug)]
+pub struct PluginSpec {
+    /// Instance name.
+    pub name: PluginName,
+    /// Type as written in the config (may be an alias).
+    pub type_name: String,
+    /// Raw parameters (`null` when absent).
+    pub parameters: serde_json::Value,
+    /// Config path of this plugin, e.g. `plugins[3]`.
+    pub path: String,
+}
+
+/// Why a plugin could not be built.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{path}: {message}")]
+pub struct BuildError {
+    /// Config path, e.g. `plugins[2].parameters.maxNumOfEndpoints`.
+    pub path: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl BuildError {
+    /// An error at `path`.
+    pub fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { path: path.into(), message: message.into() }
+    }
+}
+
+/// Handles factories may give to stateful plugins.
+#[derive(Clone, Debug, Default)]
+pub struct BuildContext {
+    /// The endpoint store.
+    pub endpoints: EndpointStore,
+    /// Metric families shared by plugins.
+    pub metrics: PluginMetrics,
+}
+
+/// Metric families plugins record into (registered once by the app).
+#[derive(Clone, Debug)]
+pub struct PluginMetrics {
+    /// `prefix_indexer_hit_ratio{plugin_name, plugin_type}`.
+    pub prefix_hit_ratio: TwinHistogramVec,
+    /// `prefix_indexer_hit_bytes{plugin_name, plugin_type}`.
+    pub prefix_hit_bytes: TwinHistogramVec,
+    /// `prefix_indexer_size{plugin_name, plugin_type}`.
+    pub prefix_indexer_size: TwinGaugeVec,
+}
+
+impl PluginMetrics {
+    /// Registers the families.
+    pub fn register(registry: &prometheus::Registry) -> Result<Self, prometheus::Error> {
+        let labels = &["plugin_name", "plugin_type"];
+        let hit_bytes: Vec<f64> = std::iter::once(0.0).chain((4..=16).map(|p| f64::from(1u32 << p))).collect();
+        Ok(Self {
+            prefix_hit_ratio: TwinHistogramVec::register(
+                registry,
+                "inference_extension_prefix_indexer_hit_ratio",
+                "llm_d_epp_prefix_indexer_hit_ratio",
+                "Fraction of the prompt's blocks found in the prefix index for the chosen endpoint.",
+                RATIO_BUCKETS,
+                labels,
+            )?,
+            prefix_hit_bytes: TwinHistogramVec::register(
+                registry,
+                "inference_extension_prefix_indexer_hit_bytes",
+                "llm_d_epp_prefix_indexer_hit_bytes",
+                "Matched prefix length in bytes (blocks x block size x 4).",
+                &hit_bytes,
+                labels,
+            )?,
+            prefix_indexer_size: TwinGaugeVec::register(
+                registry,
+                "inference_extension_prefix_indexer_size",
+                "llm_d_epp_prefix_indexer_size",
+                "Entries in the approximate prefix index.",
+                labels,
+            )?,
+        })
+    }
+}
+
+impl Default for PluginMetrics {
+    fn default() -> Self {
+        Self::register(&prometheus::Registry::new()).expect("a fresh registry has no name clashes")
+    }
+}
+
+/// Factory signature.
+pub type Factory = fn(&PluginSpec, &BuildContext) -> Result<PluginInstance, BuildError>;
+
+/// A registered type.
+#[derive(Clone, Copy, Debug)]
+pub struct Registration {
+    /// Canonical type name.
+    pub type_name: &'static str,
+    /// Factory.
+    pub factory: Factory,
+    /// For an alias: the canonical type it stands for.
+    pub alias_of: Option<&'static str>,
+}
+
+/// Type name -> registration.
+#[derive(Debug, Default)]
+pub struct Registry {
+    types: HashMap<&'static str, Registration>,
+    warned: HashMap<&'static str, Arc<AtomicBool>>,
+}
+
+impl Registry {
+    /// Registers a type; a duplicate name is a programming error reported at startup.
+    pub fn add(&mut self, type_name: &'static str, factory: Factory) -> &mut Self {
+        let previous = self.types.insert(type_name, Registration { type_name, factory, alias_of: None });
+        assert!(previous.is_none(), "plugin type {type_name} registered twice");
+        self
+    }
+
+    /// Registers a deprecated alias of an already registered type.
+    pub fn alias(&mut self, alias: &'static str, canonical: &'static str) -> &mut Self {
+        let target = self.types.get(canonical).copied();
+        let target = target.unwrap_or_else(|| panic!("alias {alias} of unregistered {canonical}"));
+        self.types.insert(alias, Registration { type_name: canonical, factory: target.factory, alias_of: Some(canonical) });
+        self.warned.insert(alias, Arc::new(AtomicBool::new(false)));
+        self
+    }
+
+    /// Looks a type (or alias) up; logs a deprecation once per alias.
+    pub fn get(&self, type_name: &str) -> Option<Registration> {
+        let reg = self.types.get(type_name).copied()?;
+        if let (Some(canonical), Some(flag)) = (reg.alias_of, self.warned.get(type_name)) {
+            if !flag.swap(true, Ordering::Relaxed) {
+                tracing::warn!(alias = type_name, replacement = canonical, "Deprecated plugin type; it still loads");
+            }
+        }
+        Some(reg)
+    }
+
+    /// Every registered name (types and aliases), sorted.
+    pub fn names(&self) -> Vec<&'static str> {
+        let mut v: Vec<_> = self.types.keys().copied().collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// True when the name is a deprecated alias.
+    pub fn is_alias(&self, type_name: &str) -> bool {
+        self.types.get(type_name).is_some_and(|r| r.alias_of.is_some())
+    }
+}
+
+/// The built-in catalogue: the one list of every plugin type epp knows.
+pub fn builtin() -> Registry {
+    let mut r = Registry::default();
+    r.add(profile_handler::single::TYPE, profile_handler::single::build)
+        .add(picker::max_score::TYPE, picker::max_score::build)
+        .add(picker::random::TYPE, picker::random::build)
+        .add(picker::weighted_random::TYPE, picker::weighted_random::build)
+        .add(scorer::queue::TYPE, scorer::queue::build)
+        .add(scorer::kv_utilization::TYPE, scorer::kv_utilization::build)
+        .add(scorer::prefix_cache::TYPE, scorer::prefix_cache::build)
+        .add(producer::approx_prefix::TYPE, producer::approx_prefix::build)
+        .add(producer::token::TYPE, producer::token::build)
+        .add(filter::utilization::TYPE, filter::utilization::build);
+    for (type_name, factory) in producer::passive::TYPES {
+        r.add(type_name, *factory);
+    }
+    r.alias(scorer::kv_utilization::OLD_TYPE, scorer::kv_utilization::TYPE)
+        .alias(producer::token::OLD_TYPE, producer::token::TYPE);
+    r
+}
+
+/// Decodes a plugin's parameters strictly into `T` (absent or `null` -> `T::default()`).
+pub fn decode_params<T: DeserializeOwned + Default>(spec: &PluginSpec) -> Result<T, BuildError> {
+    if spec.parameters.is_null() {
+        return Ok(T::default());
+    }
+    serde_json::from_value(spec.parameters.clone())
+        .map_err(|e| BuildError::new(format!("{}.parameters", spec.path), e.to_string()))
+}
+
+/// Deserializes a Go-style duration string (`200ms`, `2s`, `1m30s`).
+pub fn de_duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<std::time::Duration, D::Error> {
+    let s: String = serde::Deserialize::deserialize(d)?;
+    humantime::parse_duration(&s).map_err(|e| serde::de::Error::custom(format!("invalid duration {s:?}: {e}")))
+}

@@ -1,0 +1,29 @@
+//! Request side: header constants (`headers`), the OpenAI-style body parser (`openai`),
+//! response usage extraction (`usage`) and the typed request the scheduler sees
+//! (`InferenceRequest`).
+
+pub mod headers;
+pub mod openai;
+pub mod usage;
+
+use headers::RequestHeaders;
+use openai::ParsedBody;
+
+/// One inference request as the scheduler sees it.
+#[derive(Clone, Debug, Default)]
+pub struct InferenceRequest {
+    /// `x-request-id` (generated when absent).
+    pub request_id: String,
+    /// Request headers.
+    pub headers: RequestHeaders,
+    /// `model` from the body (empty for body-less requests).
+    pub incoming_model: String,
+    /// Model after `x-gateway-model-name-rewrite` (equals `incoming_model` otherwise).
+    pub target_model: String,
+    /// The parsed body, when the request had one the parser understood.
+    pub body: Option<ParsedBody>,
+    /// Size of the request body in bytes.
+    pub body_len: usize,
+    /// Priority from the objective (negative = sheddable).
+    pub priority: i32,
+}

@@ -1,0 +1,76 @@
+//! Per-request data computed once by data producers before any profile runs: the prompt's
+//! token ids and, per prefix producer, the prefix-cache match of every candidate. Typed
+//! fields, not an untyped map: a new kind of data is a new field.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::endpoints::model::EndpointId;
+use crate::plugins::PluginName;
+
+/// How much of the request's prefix one endpoint holds.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct MatchInfo {
+    /// Consecutive leading blocks held.
+    pub match_blocks: usize,
+    /// Tier-weighted match (equals `match_blocks` when tiers are not known).
+    pub weighted_blocks: f64,
+}
+
+/// `PrefixCacheMatchInfo` for all candidates, from one producer.
+#[derive(Clone, Debug, Default)]
+pub struct PrefixMatches {
+    /// Block size in tokens used to cut the prompt.
+    pub block_size_tokens: usize,
+    /// Number of blocks of the request.
+    pub total_blocks: usize,
+    /// The request's block keys (used after the decision to record the prefix).
+    pub keys: Arc<[u64]>,
+    /// Per endpoint; endpoints holding nothing are absent.
+    pub per_endpoint: HashMap<EndpointId, MatchInfo>,
+}
+
+impl PrefixMatches {
+    /// The match of one endpoint (zero when absent).
+    pub fn get(&self, id: &str) -> MatchInfo {
+        self.per_endpoint.get(id).copied().unwrap_or_default()
+    }
+}
+
+/// In-flight load of every candidate as a producer tracks it.
+#[derive(Clone, Debug, Default)]
+pub struct InFlightLoads {
+    /// Tokens this request would add to an endpoint (prompt tokens not already cached there).
+    pub uncached_tokens: HashMap<EndpointId, u64>,
+    /// Requests and tokens in flight per endpoint.
+    pub per_endpoint: HashMap<EndpointId, (u64, u64)>,
+}
+
+/// Everything producers computed for one request.
+#[derive(Clone, Debug, Default)]
+pub struct RequestData {
+    /// `TokenizedPrompt`.
+    pub tokens: Option<Arc<[u32]>>,
+    /// `PrefixCacheMatchInfo` by producer instance.
+    pub prefix: Vec<(PluginName, Arc<PrefixMatches>)>,
+    /// Which prefix producer answers for consumers that name none.
+    pub default_prefix_producer: Option<PluginName>,
+    /// `InFlightLoad` by producer instance.
+    pub inflight: Vec<(PluginName, Arc<InFlightLoads>)>,
+    /// Which in-flight producer answers for consumers that name none.
+    pub default_inflight_producer: Option<PluginName>,
+}
+
+impl RequestData {
+    /// Prefix matches from `producer` (None = the default producer).
+    pub fn prefix(&self, producer: Option<&str>) -> Option<&Arc<PrefixMatches>> {
+        let name = producer.or(self.default_prefix_producer.as_deref())?;
+        self.prefix.iter().find(|(n, _)| &**n == name).map(|(_, m)| m)
+    }
+
+    /// In-flight loads from `producer` (None = the default producer).
+    pub fn inflight(&self, producer: Option<&str>) -> Option<&Arc<InFlightLoads>> {
+        let name = producer.or(self.default_inflight_producer.as_deref())?;
+        self.inflight.iter().find(|(n, _)| &**n == name).map(|(_, m)| m)
+    }
+}

@@ -1,0 +1,93 @@
+//! Scheduling outputs: per-profile results, the combined `SchedulingResult` (primary profile
+//! plus the others, e.g. prefill), and the request-header edits pre-request hooks make.
+
+use std::sync::Arc;
+
+use crate::endpoints::model::Candidate;
+
+/// Results of the profiles run so far, in run order. `None` = the profile ran and failed
+/// (or was skipped on purpose).
+#[derive(Clone, Debug, Default)]
+pub struct ProfileResults {
+    /// (profile name, result).
+    pub entries: Vec<(Arc<str>, Option<ProfileResult>)>,
+}
+
+impl ProfileResults {
+    /// True when the profile was evaluated (successfully or not).
+    pub fn was_evaluated(&self, name: &str) -> bool {
+        self.entries.iter().any(|(n, _)| &**n == name)
+    }
+
+    /// The successful result of a profile.
+    pub fn get(&self, name: &str) -> Option<&ProfileResult> {
+        self.entries.iter().find(|(n, _)| &**n == name).and_then(|(_, r)| r.as_ref())
+    }
+
+    /// Records a profile outcome.
+    pub fn insert(&mut self, name: Arc<str>, result: Option<ProfileResult>) {
+        self.entries.retain(|(n, _)| *n != name);
+        self.entries.push((name, result));
+    }
+}
+
+/// What one profile chose.
+#[derive(Clone, Debug)]
+pub struct ProfileResult {
+    /// Chosen endpoints; the first is the primary target.
+    pub targets: Vec<Candidate>,
+}
+
+/// The decision for a request.
+#[derive(Clone, Debug)]
+pub struct SchedulingResult {
+    /// Name of the profile whose targets become the destination.
+    pub primary_profile: Arc<str>,
+    /// Every successful profile result (including the primary).
+    pub profiles: Vec<(Arc<str>, ProfileResult)>,
+}
+
+impl SchedulingResult {
+    /// The primary profile's result.
+    pub fn primary(&self) -> Option<&ProfileResult> {
+        self.profile(&self.primary_profile)
+    }
+
+    /// A profile's result by name.
+    pub fn profile(&self, name: &str) -> Option<&ProfileResult> {
+        self.profiles.iter().find(|(n, _)| &**n == name).map(|(_, r)| r)
+    }
+
+    /// The destination value: the primary targets' `ip:port` joined with `,`.
+    pub fn destination(&self) -> String {
+        self.primary()
+            .map(|r| r.targets.iter().map(|c| &*c.endpoint.host_port).collect::<Vec<_>>().join(","))
+            .unwrap_or_default()
+    }
+}
+
+/// Request-header changes requested by pre-request hooks.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HeaderEdits {
+    /// Headers to set (lower-case name, value).
+    pub set: Vec<(String, String)>,
+    /// Headers to remove.
+    pub remove: Vec<String>,
+}
+
+impl HeaderEdits {
+    /// Sets a header, replacing an earlier edit of the same name.
+    pub fn set(&mut self, name: &str, value: String) {
+        self.set.retain(|(n, _)| n != name);
+        self.remove.retain(|n| n != name);
+        self.set.push((name.to_string(), value));
+    }
+
+    /// Removes a header (and any earlier set of it).
+    pub fn remove(&mut self, name: &str) {
+        self.set.retain(|(n, _)| n != name);
+        if !self.remove.iter().any(|n| n == name) {
+            self.remove.push(name.to_string());
+        }
+    }
+}

@@ -1,0 +1,158 @@
+//! The scheduler: an immutable pipeline built from the validated config. `schedule` runs the
+//! data producers once, then the profile handler loop (pick profiles, run each, combine),
+//! then the pre-request hooks, and returns the decision with the header edits. Synchronous,
+//! no I/O; safe to call from many threads at once.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::context::SchedulingContext;
+use super::data::RequestData;
+use super::metrics::SchedulerMetrics;
+use super::profile::{Profile, ProfileFailure, Slot};
+use super::result::{HeaderEdits, ProfileResults, SchedulingResult};
+use super::ScheduleError;
+use crate::endpoints::model::Candidate;
+use crate::plugins::{DataProducer, PluginName, PreRequest, ProfileHandler, ResponseHook, SaturationDetector};
+use crate::request::InferenceRequest;
+
+/// A decision and everything computed on the way.
+#[derive(Clone, Debug)]
+pub struct Decision {
+    /// Chosen endpoints per profile.
+    pub result: SchedulingResult,
+    /// Data computed by producers.
+    pub data: RequestData,
+    /// Request-header edits from pre-request hooks.
+    pub headers: HeaderEdits,
+}
+
+/// The immutable scheduling pipeline.
+#[derive(Debug)]
+pub struct Scheduler {
+    /// The profile handler.
+    pub handler: Slot<dyn ProfileHandler>,
+    /// Profiles by name, in declaration order.
+    pub profiles: Vec<Profile>,
+    /// Producers in dependency order.
+    pub producers: Vec<Slot<dyn DataProducer>>,
+    /// Pre-request hooks (every instantiated plugin with that role).
+    pub pre_request: Vec<Slot<dyn PreRequest>>,
+    /// Response hooks.
+    pub response: Vec<Arc<dyn ResponseHook>>,
+    /// Default prefix producer (answers consumers that name none).
+    pub default_prefix_producer: Option<PluginName>,
+    /// Default in-flight producer.
+    pub default_inflight_producer: Option<PluginName>,
+    /// Metric handles.
+    pub metrics: SchedulerMetrics,
+    /// Saturation detector used for shedding sheddable requests.
+    pub saturation: Option<Arc<dyn SaturationDetector>>,
+    profile_names: Vec<Arc<str>>,
+}
+
+impl Scheduler {
+    /// Assembles a scheduler (the config builder is the usual caller).
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        handler: Slot<dyn ProfileHandler>,
+        profiles: Vec<Profile>,
+        producers: Vec<Slot<dyn DataProducer>>,
+        pre_request: Vec<Slot<dyn PreRequest>>,
+        response: Vec<Arc<dyn ResponseHook>>,
+        default_prefix_producer: Option<PluginName>,
+        default_inflight_producer: Option<PluginName>,
+        metrics: SchedulerMetrics,
+    ) -> Self {
+        let profile_names = profiles.iter().map(|p| p.name.clone()).collect();
+        Self {
+            handler,
+            profiles,
+            producers,
+            pre_request,
+            response,
+            default_prefix_producer,
+            default_inflight_producer,
+            metrics,
+            saturation: None,
+            profile_names,
+        }
+    }
+
+    /// Runs the data producers for a request.
+    pub fn produce(&self, request: &InferenceRequest, candidates: &[Candidate]) -> RequestData {
+        let mut data = RequestData {
+            default_prefix_producer: self.default_prefix_producer.clone(),
+            default_inflight_producer: self.default_inflight_producer.clone(),
+            ..RequestData::default()
+        };
+        for p in &self.producers {
+            let start = Instant::now();
+            p.plugin.produce(request, candidates, &mut data);
+            p.timer.observe(start.elapsed().as_secs_f64());
+        }
+        data
+    }
+
+    /// Schedules a request over `candidates` (already restricted by the subset hint).
+    pub fn schedule(&self, request: &InferenceRequest, candidates: Vec<Candidate>) -> Result<Decision, ScheduleError> {
+        let start = Instant::now();
+        let outcome = self.schedule_inner(request, candidates);
+        self.metrics.record_decision(start.elapsed().as_secs_f64(), outcome.is_ok());
+        outcome
+    }
+
+    fn schedule_inner(&self, request: &InferenceRequest, candidates: Vec<Candidate>) -> Result<Decision, ScheduleError> {
+        if candidates.is_empty() {
+            return Err(ScheduleError::NoCandidates);
+        }
+        if request.priority < 0 {
+            if let Some(detector) = &self.saturation {
+                if detector.saturation(&candidates, tokio::time::Instant::now()) >= 1.0 {
+                    return Err(ScheduleError::Saturated);
+                }
+            }
+        }
+        let data = self.produce(request, &candidates);
+        let cx = SchedulingContext { request, data: &data, now: tokio::time::Instant::now() };
+        let mut results = ProfileResults::default();
+        let mut last_failure = None;
+        // Bounded: each round must run at least one profile not evaluated before.
+        for _ in 0..=self.profiles.len() {
+            let picked = self.handler.plugin.pick(&cx, &self.profile_names, &results);
+            let fresh: Vec<_> = picked.into_iter().filter(|n| !results.was_evaluated(n)).collect();
+            if fresh.is_empty() {
+                break;
+            }
+            for name in fresh {
+                let Some(profile) = self.profiles.iter().find(|p| p.name == name) else {
+                    results.insert(name, None);
+                    continue;
+                };
+                match profile.run(&cx, candidates.clone()) {
+                    Ok(r) => results.insert(name, Some(r)),
+                    Err(failure) => {
+                        last_failure = Some((name.clone(), failure));
+                        results.insert(name, None);
+                    }
+                }
+            }
+        }
+        if results.entries.is_empty() {
+            return Err(ScheduleError::NoProfileRan);
+        }
+        let result = self.handler.plugin.process_results(&cx, results).map_err(|e| match (e, last_failure) {
+            (ScheduleError::NoResult { .. }, Some((profile, ProfileFailure::Filtered { filter }))) => {
+                ScheduleError::AllFiltered { profile: profile.to_string(), filter: filter.to_string() }
+            }
+            (e, _) => e,
+        })?;
+        let mut headers = HeaderEdits::default();
+        for hook in &self.pre_request {
+            let start = Instant::now();
+            hook.plugin.pre_request(&cx, &result, &mut headers);
+            hook.timer.observe(start.elapsed().as_secs_f64());
+        }
+        Ok(Decision { result, data, headers })
+    }
+}

@@ -1,0 +1,85 @@
+//! The admin HTTP server on `--metrics-port`: `GET /metrics` (Prometheus text of the one
+//! registry), `GET /healthz` (alive) and `GET /readyz` (ready to route). Plain HTTP/1.1.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use prometheus::{Encoder, Registry, TextEncoder};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tracing::debug;
+
+/// Answers whether the service is ready (e.g. endpoints known).
+pub type ReadinessCheck = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
+
+/// Serves the admin endpoints on `listener` until `cancel`.
+pub async fn serve(listener: TcpListener, registry: Registry, ready: ReadinessCheck, cancel: CancellationToken) {
+    loop {
+        let (stream, peer) = tokio::select! {
+            _ = cancel.cancelled() => return,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(error) => { debug!(%error, "admin accept failed"); continue; }
+            },
+        };
+        let registry = registry.clone();
+        let ready = ready.clone();
+        let cancel = cancel.clone();
+        tokio::spawn(async move {
+            let service = service_fn(move |req| {
+                let registry = registry.clone();
+                let ready = ready.clone();
+                async move { Ok::<_, Infallible>(route(&req, &registry, &ready)) }
+            });
+            let conn = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+            tokio::select! {
+                _ = cancel.cancelled() => {}
+                result = conn => if let Err(error) = result { debug!(%error, %peer, "admin connection ended"); },
+            }
+        });
+    }
+}
+
+fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(body.into()));
+    *r.status_mut() = status;
+    r
+}
+
+fn route<B>(req: &Request<B>, registry: &Registry, ready: &ReadinessCheck) -> Response<Full<Bytes>> {
+    if req.method() != Method::GET {
+        return text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n");
+    }
+    match req.uri().path() {
+        "/metrics" => {
+            let mut buf = Vec::new();
+            let encoder = TextEncoder::new();
+            if let Err(e) = encoder.encode(&registry.gather(), &mut buf) {
+                return text(StatusCode::INTERNAL_SERVER_ERROR, format!("encode failed: {e}\n"));
+            }
+            let mut r = text(StatusCode::OK, buf);
+            if let Ok(v) = hyper::header::HeaderValue::from_str(encoder.format_type()) {
+                r.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
+            }
+            r
+        }
+        "/healthz" => text(StatusCode::OK, "ok\n"),
+        "/readyz" => match ready() {
+            Ok(()) => text(StatusCode::OK, "ready\n"),
+            Err(why) => text(StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}\n")),
+        },
+        _ => text(StatusCode::NOT_FOUND, "not found\n"),
+    }
+}
+
+/// Binds the admin listener.
+pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    TcpListener::bind(addr).await
+}
