@@ -19,7 +19,7 @@ use tonic_health::ServingStatus;
 use tracing::{info, warn};
 
 use crate::config::{self, LoadedConfig};
-use crate::endpoints::discovery::{load_endpoints_file, watch_endpoints_file};
+use crate::endpoints::discovery::{load_endpoints_file_bytes, watch_endpoints_file};
 use crate::endpoints::scraper::{ScrapeConfig, ScrapeMetrics, run_scrapers};
 use crate::endpoints::store::EndpointStore;
 use crate::endpoints::vllm_metrics::builtin_engine;
@@ -113,10 +113,12 @@ impl App {
     pub async fn start(settings: Settings) -> anyhow::Result<Self> {
         let registry = prometheus::Registry::new();
         let store = EndpointStore::new();
+        let mut loaded_bytes = Vec::new();
         if let Some(path) = &settings.endpoints_file {
-            let endpoints = load_endpoints_file(path)?;
+            let (endpoints, bytes) = load_endpoints_file_bytes(path)?;
             info!(path = %path.display(), count = endpoints.len(), "Endpoints loaded");
             store.replace(endpoints);
+            loaded_bytes = bytes;
         }
         let cx = BuildContext { endpoints: store.clone(), metrics: PluginMetrics::register(&registry)? };
         let loaded = load_config(settings.config_text.as_deref(), &cx, SchedulerMetrics::register(&registry)?)?;
@@ -178,7 +180,7 @@ impl App {
         });
         tasks.spawn(crate::telemetry::admin::serve(admin, registry.clone(), ready, cancel.clone()));
         if let Some(path) = settings.endpoints_file.clone() {
-            tasks.spawn(watch_endpoints_file(path, store.clone(), settings.endpoints_poll_interval, cancel.clone()));
+            tasks.spawn(watch_endpoints_file(path, loaded_bytes, store.clone(), settings.endpoints_poll_interval, cancel.clone()));
         }
         tasks.spawn(run_scrapers(store.clone(), Arc::new(scrape), scrape_metrics, cancel.clone()));
         info!(%grpc_addr, %health_addr, %metrics_addr, tls = settings.secure_serving, "epp serving");

@@ -17,3 +17,6 @@ pub use loader::{LoadedConfig, load};
 pub const API_VERSIONS: &[&str] = &["llm-d.ai/v1alpha1", "inference.networking.x-k8s.io/v1alpha1"];
 /// Accepted feature gates.
 pub const FEATURE_GATES: &[&str] = &["dataLayer", "enableLegacyMetrics", "flowControl", "haPopulateNonLeaderDatastore"];
+
+#[cfg(test)]
+mod tests;

@@ -115,15 +115,26 @@ pub fn load_endpoints_file(path: &Path) -> Result<Vec<Endpoint>, DiscoveryError>
     parse_endpoints(&text, path)
 }
 
+/// Reads and parses an endpoints file, returning the bytes too (the watcher compares later
+/// contents with them, so a change made right after startup is never missed).
+pub fn load_endpoints_file_bytes(path: &Path) -> Result<(Vec<Endpoint>, Vec<u8>), DiscoveryError> {
+    let bytes = std::fs::read(path).map_err(|source| DiscoveryError::Read { path: path.to_path_buf(), source })?;
+    let text = std::str::from_utf8(&bytes)
+        .map_err(|e| DiscoveryError::Invalid { path: path.to_path_buf(), message: e.to_string() })?;
+    Ok((parse_endpoints(text, path)?, bytes))
+}
+
 /// Watches an endpoints file by polling its contents every `interval`, publishing each
-/// valid change to the store. Runs until `cancel` fires.
+/// valid change to the store. `loaded` is the content already published. Runs until
+/// `cancel` fires.
 pub async fn watch_endpoints_file(
     path: PathBuf,
+    loaded: Vec<u8>,
     store: EndpointStore,
     interval: Duration,
     cancel: CancellationToken,
 ) {
-    let mut last = tokio::fs::read(&path).await.ok();
+    let mut last = Some(loaded);
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut failing = false;

@@ -122,7 +122,7 @@ pub async fn run_scrapers(
             }
             let token = cancel.child_token();
             let span = info_span!("scraper", endpoint = %entry.endpoint.id);
-            let poller = Poller { client: client.clone(), config: config.clone(), metrics: metrics.clone() };
+            let poller = Poller { client: client.clone(), config: config.clone(), metrics: metrics.clone(), store: store.clone() };
             tokio::spawn(poller.run(entry.clone(), token.clone()).instrument(span));
             tasks.insert(entry.endpoint.id.clone(), (entry.clone(), token));
         }
@@ -134,6 +134,7 @@ pub async fn run_scrapers(
 }
 
 struct Poller {
+    store: EndpointStore,
     client: HttpClient,
     config: Arc<ScrapeConfig>,
     metrics: ScrapeMetrics,
@@ -169,7 +170,7 @@ impl Poller {
                         debug!("Metrics scrape recovered");
                         failing = false;
                     }
-                    entry.metrics.store(Arc::new(state));
+                    self.store.publish_metrics(&entry, state);
                 }
                 Err(error) => {
                     self.metrics.poll_errors.with_label_values(&["metrics-data-source"]).inc();
@@ -181,7 +182,7 @@ impl Poller {
                     if !prev.last_scrape_failed {
                         let mut next = MetricsState::clone(&prev);
                         next.last_scrape_failed = true;
-                        entry.metrics.store(Arc::new(next));
+                        self.store.publish_metrics(&entry, next);
                     }
                 }
             }

@@ -60,6 +60,7 @@ impl EndpointSet {
 pub struct EndpointStore {
     current: Arc<ArcSwap<EndpointSet>>,
     changes: watch::Sender<u64>,
+    metrics_changes: watch::Sender<u64>,
 }
 
 impl Default for EndpointStore {
@@ -72,7 +73,8 @@ impl EndpointStore {
     /// An empty store.
     pub fn new() -> Self {
         let (changes, _) = watch::channel(0);
-        Self { current: Arc::new(ArcSwap::from_pointee(EndpointSet::default())), changes }
+        let (metrics_changes, _) = watch::channel(0);
+        Self { current: Arc::new(ArcSwap::from_pointee(EndpointSet::default())), changes, metrics_changes }
     }
 
     /// The current set (cheap; an `Arc` clone).
@@ -93,6 +95,18 @@ impl EndpointStore {
     /// Subscribes to changes of the endpoint list (the value is a generation counter).
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.changes.subscribe()
+    }
+
+    /// Subscribes to metric updates (a barrier for tests and background consumers: the value
+    /// increases after every scrape result is stored).
+    pub fn subscribe_metrics(&self) -> watch::Receiver<u64> {
+        self.metrics_changes.subscribe()
+    }
+
+    /// Stores a scrape result for `entry` and notifies metric subscribers.
+    pub fn publish_metrics(&self, entry: &EndpointEntry, state: MetricsState) {
+        entry.metrics.store(Arc::new(state));
+        self.metrics_changes.send_modify(|g| *g += 1);
     }
 
     /// Replaces the endpoint list. Entries whose endpoint is unchanged keep their metrics

@@ -175,7 +175,10 @@ pub fn builtin() -> Registry {
         .add(scorer::prefix_cache::TYPE, scorer::prefix_cache::build)
         .add(producer::approx_prefix::TYPE, producer::approx_prefix::build)
         .add(producer::token::TYPE, producer::token::build)
-        .add(filter::utilization::TYPE, filter::utilization::build);
+        .add(filter::utilization::TYPE, filter::utilization::build)
+        .add(filter::role::DECODE, filter::role::build_decode)
+        .add(filter::role::PREFILL, filter::role::build_prefill)
+        .add(filter::role::ENCODE, filter::role::build_encode);
     for (type_name, factory) in producer::passive::TYPES {
         r.add(type_name, *factory);
     }

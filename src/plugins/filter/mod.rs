@@ -1,5 +1,6 @@
 //! Filters: keep a subset of the candidates.
 
+pub mod role;
 pub mod utilization;
 
 #[cfg(test)]

@@ -1,0 +1,150 @@
+//! Loader tests: defaults, injections, and one test per validation error path.
+
+use super::*;
+use crate::plugins::registry::{BuildContext, builtin};
+use crate::scheduling::metrics::SchedulerMetrics;
+
+fn try_load(text: &str) -> Result<LoadedConfig, ConfigErrors> {
+    load(text, &builtin(), &BuildContext::default(), SchedulerMetrics::detached())
+}
+
+fn errors(text: &str) -> Vec<ConfigError> {
+    match try_load(text) {
+        Ok(_) => panic!("config unexpectedly loaded"),
+        Err(e) => e.0,
+    }
+}
+
+fn has_error(errs: &[ConfigError], path: &str, fragment: &str) -> bool {
+    errs.iter().any(|e| e.path == path && e.message.contains(fragment))
+}
+
+#[test]
+fn default_config_loads_with_documented_injections() {
+    let loaded = try_load(defaults::DEFAULT_CONFIG).expect("default loads");
+    let s = &loaded.scheduler;
+    assert_eq!(s.profiles.len(), 1);
+    let p = &s.profiles[0];
+    let weights: Vec<(String, f64)> = p.scorers.iter().map(|w| (w.slot.name.to_string(), w.weight)).collect();
+    assert_eq!(weights, vec![("queue-scorer".into(), 2.0), ("kv-cache-utilization-scorer".into(), 2.0), ("prefix-cache-scorer".into(), 3.0)]);
+    assert_eq!(&*p.picker.name, "max-score-picker");
+    let producers: Vec<_> = s.producers.iter().map(|p| p.name.to_string()).collect();
+    assert_eq!(producers, vec!["token-producer", "approx-prefix-cache-producer"], "token producer runs first");
+    assert_eq!(s.default_prefix_producer.as_deref(), Some("approx-prefix-cache-producer"));
+    assert!(s.saturation.is_some());
+    let injected = loaded.injected.join("\n");
+    for t in ["single-profile-handler", "max-score-picker", "approx-prefix-cache-producer", "token-producer", "utilization-detector"] {
+        assert!(injected.contains(t), "{t} not injected: {injected}");
+    }
+}
+
+#[test]
+fn smallest_valid_config_gets_handler_picker_and_weight_one() {
+    let loaded = try_load("plugins: [{type: queue-scorer}]\nschedulingProfiles: [{name: p, plugins: [{pluginRef: queue-scorer}]}]").unwrap();
+    let p = &loaded.scheduler.profiles[0];
+    assert_eq!(p.scorers[0].weight, 1.0);
+    assert_eq!(&*p.picker.name, "max-score-picker");
+}
+
+#[test]
+fn missing_profiles_become_a_default_profile() {
+    let loaded = try_load("apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\nplugins: [{type: queue-scorer}, {type: random-picker}]").unwrap();
+    let p = &loaded.scheduler.profiles[0];
+    assert_eq!(&*p.name, "default");
+    assert_eq!(&*p.picker.name, "random-picker");
+}
+
+#[test]
+fn unknown_fields_and_types_are_errors_with_suggestions() {
+    let errs = errors("plugins: [{type: queue-scorer}]\nschedulingProfile: []");
+    assert_eq!(errs[0].path, "<document>");
+    assert!(errs[0].message.contains("schedulingProfile"));
+    let errs = errors("plugins: [{type: queue-scorr}]");
+    assert!(has_error(&errs, "plugins[0].type", "unknown plugin type"));
+    assert_eq!(errs[0].suggestion.as_deref(), Some("did you mean \"queue-scorer\"?"));
+    let errs = errors("plugins: [{type: max-score-picker, parameters: {maxEndpoints: 2}}]");
+    assert!(has_error(&errs, "plugins[0].parameters", "unknown field"));
+}
+
+#[test]
+fn every_problem_is_collected_in_one_pass() {
+    let text = r#"
+apiVersion: example.com/v1
+featureGates: [flowControll]
+plugins:
+- type: queue-scorer
+- type: queue-scorer
+- type: nope
+schedulingProfiles:
+- name: decode
+  plugins:
+  - pluginRef: queue-scorer
+    weight: -1
+  - pluginRef: queue-scorr
+"#;
+    let errs = errors(text);
+    assert!(has_error(&errs, "apiVersion", "unsupported"));
+    assert!(has_error(&errs, "featureGates[0]", "unknown feature gate"));
+    assert!(has_error(&errs, "plugins[1].name", "duplicate plugin name"));
+    assert!(has_error(&errs, "plugins[2].type", "unknown plugin type"));
+    assert!(has_error(&errs, "schedulingProfiles[decode].plugins[0].weight", "finite number"));
+    assert!(has_error(&errs, "schedulingProfiles[decode].plugins[1].pluginRef", "undefined plugin"));
+    assert!(errs.len() >= 6, "{errs:?}");
+}
+
+#[test]
+fn plugin_in_the_wrong_role_is_an_error() {
+    let errs = errors("plugins: [{type: approx-prefix-cache-producer}, {type: queue-scorer}]\nschedulingProfiles: [{name: d, plugins: [{pluginRef: approx-prefix-cache-producer}, {pluginRef: queue-scorer}]}]");
+    assert!(has_error(&errs, "schedulingProfiles[d].plugins[0].pluginRef", "cannot be used in a scheduling profile"));
+}
+
+#[test]
+fn handler_rules() {
+    let two = "plugins: [{type: queue-scorer}]\nschedulingProfiles: [{name: a, plugins: [{pluginRef: queue-scorer}]}, {name: b, plugins: [{pluginRef: queue-scorer}]}]";
+    assert!(has_error(&errors(two), "plugins", "no profile handler configured"));
+    let single_two = "plugins: [{type: single-profile-handler}, {type: queue-scorer}]\nschedulingProfiles: [{name: a, plugins: [{pluginRef: queue-scorer}]}, {name: b, plugins: [{pluginRef: queue-scorer}]}]";
+    assert!(has_error(&errors(single_two), "plugins[0]", "exactly one profile"));
+    let dup = "plugins: [{type: single-profile-handler}, {name: h2, type: single-profile-handler}, {type: queue-scorer}]\nschedulingProfiles: [{name: a, plugins: [{pluginRef: queue-scorer}]}]";
+    assert!(has_error(&errors(dup), "plugins", "more than one profile handler"));
+}
+
+#[test]
+fn second_picker_in_a_profile_is_an_error() {
+    let text = "plugins: [{type: max-score-picker}, {type: random-picker}]\nschedulingProfiles: [{name: a, plugins: [{pluginRef: max-score-picker}, {pluginRef: random-picker}]}]";
+    assert!(has_error(&errors(text), "schedulingProfiles[a].plugins[1].pluginRef", "second picker"));
+}
+
+#[test]
+fn named_producer_must_exist() {
+    let text = "plugins: [{type: prefix-cache-scorer, parameters: {prefixMatchInfoProducerName: precise}}]";
+    assert!(has_error(&errors(text), "plugins[0]", "does not exist"));
+}
+
+#[test]
+fn saturation_detector_forms() {
+    let r = "plugins: [{type: queue-scorer}, {name: det, type: utilization-detector, parameters: {queueDepthThreshold: 3, metricsStalenessThreshold: 1s}}]\nschedulingProfiles: [{name: a, plugins: [{pluginRef: queue-scorer}]}]\nsaturationDetector: {pluginRef: det}";
+    assert!(try_load(r).unwrap().scheduler.saturation.is_some());
+    let legacy = "plugins: [{type: queue-scorer}]\nsaturationDetector: {queueDepthThreshold: 8, kvCacheUtilThreshold: 0.9, metricsStalenessThreshold: 150ms}";
+    assert!(try_load(legacy).unwrap().injected.iter().any(|n| n.contains("pre-v1.5")));
+    let wrong = "plugins: [{type: queue-scorer}]\nsaturationDetector: {pluginRef: queue-scorer}";
+    assert!(has_error(&errors(wrong), "saturationDetector.pluginRef", "not a saturation detector"));
+    let bad = "plugins: [{type: utilization-detector, parameters: {kvCacheUtilThreshold: 1.5}}]";
+    assert!(has_error(&errors(bad), "plugins[0].parameters.kvCacheUtilThreshold", "(0, 1]"));
+}
+
+#[test]
+fn data_layer_rules() {
+    let empty = "plugins: [{type: queue-scorer}]\ndataLayer: {sources: []}";
+    assert!(has_error(&errors(empty), "dataLayer.sources", "no data sources"));
+    let undefined = "plugins: [{type: queue-scorer}]\ndataLayer: {sources: [{pluginRef: metrics-data-source}]}";
+    assert!(has_error(&errors(undefined), "dataLayer.sources[0].pluginRef", "undefined plugin"));
+    let custom = "plugins: [{type: queue-scorer}, {type: metrics-data-source, parameters: {path: /stats}}]";
+    assert_eq!(try_load(custom).unwrap().data_layer.source.path, "/stats");
+}
+
+#[test]
+fn deprecated_aliases_load() {
+    let text = "plugins: [{type: kv-cache-scorer}]";
+    let loaded = try_load(text).unwrap();
+    assert_eq!(loaded.scheduler.profiles[0].scorers.len(), 1);
+}
