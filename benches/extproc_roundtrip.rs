@@ -1,0 +1,67 @@
+//! Loopback ext_proc round trip through the real server (h2c): one stream per request, as
+//! Envoy does, in full-duplex (headers + 10 KB body -> headers reply + echoed body) and
+//! buffered (headers reply, then body -> body reply) modes. Endpoints have no metrics server
+//! (scrapes fail and are counted), which does not change the decision path's cost.
+
+use std::time::Duration;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use epp::app::{App, Settings};
+use epp::bench::synthetic;
+use epp::proto::envoy::config::core::v3::{HeaderMap, HeaderValue};
+use epp::proto::ext_proc::external_processor_client::ExternalProcessorClient;
+use epp::proto::ext_proc::processing_request::Request;
+use epp::proto::ext_proc::{HttpBody, HttpHeaders, ProcessingRequest, ProtocolConfiguration};
+use tokio_stream::StreamExt;
+
+fn headers(mode: i32) -> ProcessingRequest {
+    let map = HeaderMap {
+        headers: [(":path", "/v1/chat/completions"), (":method", "POST")]
+            .iter()
+            .map(|(k, v)| HeaderValue { key: k.to_string(), value: String::new(), raw_value: v.as_bytes().to_vec() })
+            .collect(),
+    };
+    ProcessingRequest {
+        request: Some(Request::RequestHeaders(HttpHeaders { headers: Some(map), end_of_stream: false, ..Default::default() })),
+        protocol_config: Some(ProtocolConfiguration { request_body_mode: mode, response_body_mode: mode, ..Default::default() }),
+        ..Default::default()
+    }
+}
+
+fn body(bytes: &[u8]) -> ProcessingRequest {
+    ProcessingRequest { request: Some(Request::RequestBody(HttpBody { body: bytes.to_vec(), end_of_stream: true })), ..Default::default() }
+}
+
+fn bench(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("endpoints.yaml");
+    let mut yaml = String::from("endpoints:\n");
+    for e in synthetic::endpoints(8) {
+        yaml.push_str(&format!("  - {{name: {}, address: \"127.0.0.1\", port: 1, metricsPort: 1}}\n", e.id));
+    }
+    std::fs::write(&file, yaml).expect("write");
+    let mut settings = Settings::loopback();
+    settings.endpoints_file = Some(file);
+    settings.refresh_metrics_interval = Duration::from_secs(3600);
+    let app = rt.block_on(App::start(settings)).expect("start");
+    let mut client = rt.block_on(ExternalProcessorClient::connect(format!("http://{}", app.grpc_addr))).expect("connect");
+    let payload = synthetic::chat_body(10_000, 1, 1);
+    for (name, mode, replies) in [("full_duplex_10KB", 4, 2usize), ("buffered_10KB", 2, 2usize)] {
+        c.bench_function(name, |b| {
+            b.iter(|| {
+                rt.block_on(async {
+                    let msgs = vec![headers(mode), body(&payload)];
+                    let mut stream = client.process(tokio_stream::iter(msgs)).await.expect("stream").into_inner();
+                    for _ in 0..replies {
+                        stream.next().await.expect("reply").expect("ok");
+                    }
+                })
+            })
+        });
+    }
+    rt.block_on(app.shutdown());
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
