@@ -1,2 +1,4 @@
 //! epp: an Endpoint Picker for LLM inference.
+pub mod endpoints;
 pub mod proto;
+pub mod request;

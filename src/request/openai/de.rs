@@ -1,0 +1,456 @@
+//! Single-pass serde deserialization of request bodies into the types of [`super`].
+//!
+//! The top-level object is walked key by key ([`BodySeed`]); only the fields relevant to the
+//! request's [`ApiKind`] are materialised, everything else is skipped with `IgnoredAny`.
+//! Polymorphic fields (`prompt`, `input`, `items`, `content`) use hand-written visitors so a
+//! value is parsed once into its final shape, with no intermediate `serde_json::Value`.
+
+use std::fmt;
+
+use serde::Deserialize;
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::value::RawValue;
+
+use super::{
+    ApiKind, BodyError, ChatMessage, ChatPrompt, ContentPart, EmbeddingsInput, MessageContent,
+    ParsedBody, Prompt, RawJson, ResponsesInput, ResponsesPrompt,
+};
+
+/// The body as read, before per-API validation.
+#[derive(Default)]
+pub(super) struct RawBody {
+    model: ModelField,
+    prompt: Option<RawInput>,
+    messages: Option<Vec<ChatMessage>>,
+    input: Option<RawInput>,
+    items: Option<RawInput>,
+    instructions: Option<String>,
+    tools: Option<RawJson>,
+    cache_salt: Option<String>,
+    stream: bool,
+    max_tokens: Option<u64>,
+    max_completion_tokens: Option<u64>,
+    max_output_tokens: Option<u64>,
+}
+
+#[derive(Default)]
+enum ModelField {
+    #[default]
+    Missing,
+    NotString,
+    Str(String),
+}
+
+impl RawBody {
+    /// Applies the `openai-parser` validation rules for `api`.
+    pub(super) fn validate(self, api: ApiKind) -> Result<ParsedBody, BodyError> {
+        let model = match self.model {
+            ModelField::Missing => return Err(BodyError::ModelMissing),
+            ModelField::NotString => return Err(BodyError::ModelNotString),
+            ModelField::Str(model) => model,
+        };
+        let prompt = match api {
+            ApiKind::Completions => completions_prompt(self.prompt)?,
+            ApiKind::ChatCompletions => match self.messages {
+                Some(messages) if !messages.is_empty() => Prompt::Chat(ChatPrompt {
+                    messages,
+                    tools: self.tools,
+                }),
+                _ => return Err(BodyError::NoMessages),
+            },
+            ApiKind::Responses => {
+                let input = match self.input {
+                    None => return Err(BodyError::MissingResponsesInput),
+                    Some(RawInput::Text(text)) => ResponsesInput::Text(text),
+                    Some(RawInput::Items(items)) => ResponsesInput::Items(items),
+                    Some(RawInput::Empty) => ResponsesInput::Items(Vec::new()),
+                    Some(_) => return Err(BodyError::UnsupportedShape { field: "input" }),
+                };
+                let instructions = self.instructions;
+                Prompt::Responses(ResponsesPrompt {
+                    instructions,
+                    input,
+                    tools: self.tools,
+                })
+            }
+            ApiKind::Conversations => match self.items {
+                Some(RawInput::Items(items)) if !items.is_empty() => Prompt::Conversations(items),
+                None | Some(RawInput::Empty) => return Err(BodyError::NoItems),
+                Some(_) => return Err(BodyError::UnsupportedShape { field: "items" }),
+            },
+            ApiKind::Embeddings => embeddings_input(self.input)?,
+        };
+        Ok(ParsedBody {
+            model,
+            api,
+            prompt,
+            cache_salt: self.cache_salt,
+            stream: self.stream,
+            max_output_tokens: self
+                .max_tokens
+                .or(self.max_completion_tokens)
+                .or(self.max_output_tokens),
+        })
+    }
+}
+
+fn completions_prompt(prompt: Option<RawInput>) -> Result<Prompt, BodyError> {
+    match prompt {
+        None | Some(RawInput::Empty) => Err(BodyError::EmptyPrompt),
+        Some(RawInput::Text(text)) if text.is_empty() => Err(BodyError::EmptyPrompt),
+        Some(RawInput::Text(text)) => Ok(Prompt::Texts(vec![text])),
+        Some(RawInput::Texts(texts)) => Ok(Prompt::Texts(texts)),
+        Some(RawInput::Tokens(ids)) => Ok(Prompt::TokenIds(vec![ids])),
+        Some(RawInput::TokenLists(lists)) => Ok(Prompt::TokenIds(lists)),
+        Some(RawInput::Items(_)) => Err(BodyError::UnsupportedShape { field: "prompt" }),
+    }
+}
+
+fn embeddings_input(input: Option<RawInput>) -> Result<Prompt, BodyError> {
+    let input = match input {
+        None | Some(RawInput::Empty) => return Err(BodyError::EmptyEmbeddingsInput),
+        Some(RawInput::Text(text)) if text.is_empty() => {
+            return Err(BodyError::EmptyEmbeddingsInput);
+        }
+        Some(RawInput::Text(text)) => EmbeddingsInput::Texts(vec![text]),
+        Some(RawInput::Texts(texts)) => EmbeddingsInput::Texts(texts),
+        Some(RawInput::Tokens(ids)) => EmbeddingsInput::TokenIds(vec![ids]),
+        Some(RawInput::TokenLists(lists)) => EmbeddingsInput::TokenIds(lists),
+        Some(RawInput::Items(_)) => return Err(BodyError::UnsupportedShape { field: "input" }),
+    };
+    Ok(Prompt::Embeddings(input))
+}
+
+/// Deserializes the top-level object for one [`ApiKind`].
+pub(super) struct BodySeed(pub(super) ApiKind);
+
+impl<'de> DeserializeSeed<'de> for BodySeed {
+    type Value = RawBody;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<RawBody, D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for BodySeed {
+    type Value = RawBody;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawBody, A::Error> {
+        use ApiKind::*;
+        let api = self.0;
+        let mut body = RawBody::default();
+        while let Some(key) = map.next_key::<Key>()? {
+            match (key, api) {
+                (Key::Model, _) => {
+                    let raw: &RawValue = map.next_value()?;
+                    body.model = match raw.get() {
+                        "null" => ModelField::Missing,
+                        text => serde_json::from_str(text)
+                            .map_or(ModelField::NotString, ModelField::Str),
+                    };
+                }
+                (Key::Prompt, Completions) => body.prompt = map.next_value()?,
+                (Key::Messages, ChatCompletions) => body.messages = map.next_value()?,
+                (Key::Input, Responses | Embeddings) => body.input = map.next_value()?,
+                (Key::Items, Conversations) => body.items = map.next_value()?,
+                (Key::Instructions, Responses) => body.instructions = lenient_string(&mut map)?,
+                (Key::Tools, ChatCompletions | Responses) => {
+                    let raw: &RawValue = map.next_value()?;
+                    body.tools = (raw.get() != "null").then(|| RawJson(raw.to_owned()));
+                }
+                (Key::CacheSalt, _) => body.cache_salt = lenient_string(&mut map)?,
+                (Key::Stream, _) => body.stream = map.next_value::<&RawValue>()?.get() == "true",
+                (Key::MaxTokens, _) => body.max_tokens = lenient_u64(&mut map)?,
+                (Key::MaxCompletionTokens, _) => {
+                    body.max_completion_tokens = lenient_u64(&mut map)?
+                }
+                (Key::MaxOutputTokens, _) => body.max_output_tokens = lenient_u64(&mut map)?,
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(body)
+    }
+}
+
+fn lenient_string<'de, A: MapAccess<'de>>(map: &mut A) -> Result<Option<String>, A::Error> {
+    let raw: &RawValue = map.next_value()?;
+    Ok(serde_json::from_str(raw.get()).ok())
+}
+
+fn lenient_u64<'de, A: MapAccess<'de>>(map: &mut A) -> Result<Option<u64>, A::Error> {
+    let raw: &RawValue = map.next_value()?;
+    Ok(raw.get().parse().ok())
+}
+
+/// Top-level keys the parser knows.
+enum Key {
+    Model,
+    Prompt,
+    Messages,
+    Input,
+    Items,
+    Instructions,
+    Tools,
+    CacheSalt,
+    Stream,
+    MaxTokens,
+    MaxCompletionTokens,
+    MaxOutputTokens,
+    Other,
+}
+
+impl<'de> Deserialize<'de> for Key {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Key, D::Error> {
+        struct KeyVisitor;
+        impl Visitor<'_> for KeyVisitor {
+            type Value = Key;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an object key")
+            }
+            fn visit_str<E: de::Error>(self, key: &str) -> Result<Key, E> {
+                Ok(match key {
+                    "model" => Key::Model,
+                    "prompt" => Key::Prompt,
+                    "messages" => Key::Messages,
+                    "input" => Key::Input,
+                    "items" => Key::Items,
+                    "instructions" => Key::Instructions,
+                    "tools" => Key::Tools,
+                    "cache_salt" => Key::CacheSalt,
+                    "stream" => Key::Stream,
+                    "max_tokens" => Key::MaxTokens,
+                    "max_completion_tokens" => Key::MaxCompletionTokens,
+                    "max_output_tokens" => Key::MaxOutputTokens,
+                    _ => Key::Other,
+                })
+            }
+        }
+        deserializer.deserialize_str(KeyVisitor)
+    }
+}
+
+/// A polymorphic `prompt` / `input` / `items` value.
+enum RawInput {
+    Text(String),
+    Texts(Vec<String>),
+    Tokens(Vec<u32>),
+    TokenLists(Vec<Vec<u32>>),
+    Items(Vec<ChatMessage>),
+    /// `[]`: the element type is unknown.
+    Empty,
+}
+
+/// One element of a list-valued [`RawInput`].
+enum Elem {
+    Str(String),
+    Int(u32),
+    Ints(Vec<u32>),
+    Item(ChatMessage),
+}
+
+impl<'de> Deserialize<'de> for RawInput {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<RawInput, D::Error> {
+        deserializer.deserialize_any(RawInputVisitor)
+    }
+}
+
+struct RawInputVisitor;
+
+impl<'de> Visitor<'de> for RawInputVisitor {
+    type Value = RawInput;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a string, a list of strings, token ids, or a list of items")
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<RawInput, E> {
+        Ok(RawInput::Text(v.to_owned()))
+    }
+
+    fn visit_string<E: de::Error>(self, v: String) -> Result<RawInput, E> {
+        Ok(RawInput::Text(v))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<RawInput, A::Error> {
+        let mixed = || de::Error::custom("list mixes element types");
+        let Some(first) = seq.next_element::<Elem>()? else {
+            return Ok(RawInput::Empty);
+        };
+        // The first element fixes the list's type; later elements must agree.
+        Ok(match first {
+            Elem::Str(s) => {
+                let mut out = vec![s];
+                while let Some(e) = seq.next_element::<Elem>()? {
+                    let Elem::Str(s) = e else { return Err(mixed()) };
+                    out.push(s);
+                }
+                RawInput::Texts(out)
+            }
+            Elem::Int(id) => {
+                let mut out = vec![id];
+                while let Some(e) = seq.next_element::<Elem>()? {
+                    let Elem::Int(id) = e else {
+                        return Err(mixed());
+                    };
+                    out.push(id);
+                }
+                RawInput::Tokens(out)
+            }
+            Elem::Ints(ids) => {
+                let mut out = vec![ids];
+                while let Some(e) = seq.next_element::<Elem>()? {
+                    let Elem::Ints(ids) = e else {
+                        return Err(mixed());
+                    };
+                    out.push(ids);
+                }
+                RawInput::TokenLists(out)
+            }
+            Elem::Item(item) => {
+                let mut out = vec![item];
+                while let Some(e) = seq.next_element::<Elem>()? {
+                    let Elem::Item(item) = e else {
+                        return Err(mixed());
+                    };
+                    out.push(item);
+                }
+                RawInput::Items(out)
+            }
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for Elem {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Elem, D::Error> {
+        struct ElemVisitor;
+        impl<'de> Visitor<'de> for ElemVisitor {
+            type Value = Elem;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string, a token id, a list of token ids, or an object")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Elem, E> {
+                Ok(Elem::Str(v.to_owned()))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Elem, E> {
+                Ok(Elem::Str(v))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Elem, E> {
+                u32::try_from(v)
+                    .map(Elem::Int)
+                    .map_err(|_| E::custom("token id out of range"))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Elem, A::Error> {
+                Vec::<u32>::deserialize(de::value::SeqAccessDeserializer::new(seq)).map(Elem::Ints)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Elem, A::Error> {
+                ChatMessage::deserialize(de::value::MapAccessDeserializer::new(map)).map(Elem::Item)
+            }
+        }
+        deserializer.deserialize_any(ElemVisitor)
+    }
+}
+
+#[derive(Deserialize)]
+struct MessageRepr {
+    #[serde(default)]
+    role: Option<String>,
+    #[serde(default = "no_content")]
+    content: MessageContent,
+}
+
+fn no_content() -> MessageContent {
+    MessageContent::None
+}
+
+impl<'de> Deserialize<'de> for ChatMessage {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<ChatMessage, D::Error> {
+        let repr = MessageRepr::deserialize(deserializer)?;
+        Ok(ChatMessage {
+            role: repr.role.unwrap_or_default(),
+            content: repr.content,
+        })
+    }
+}
+
+#[derive(Deserialize)]
+struct PartRepr {
+    #[serde(rename = "type", default)]
+    kind: Option<String>,
+    #[serde(default)]
+    text: Option<String>,
+}
+
+impl<'de> Deserialize<'de> for MessageContent {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<MessageContent, D::Error> {
+        struct ContentVisitor;
+        impl<'de> Visitor<'de> for ContentVisitor {
+            type Value = MessageContent;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string, a list of content parts, or null")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<MessageContent, E> {
+                Ok(MessageContent::Text(v.to_owned()))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<MessageContent, E> {
+                Ok(MessageContent::Text(v))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<MessageContent, E> {
+                Ok(MessageContent::None)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<MessageContent, A::Error> {
+                let mut parts = Vec::with_capacity(seq.size_hint().unwrap_or(2));
+                while let Some(p) = seq.next_element::<PartRepr>()? {
+                    parts.push(ContentPart {
+                        kind: p.kind.unwrap_or_default(),
+                        text: p.text,
+                    });
+                }
+                Ok(MessageContent::Parts(parts))
+            }
+        }
+        deserializer.deserialize_any(ContentVisitor)
+    }
+}
+
+/// Finds the byte spans of every top-level `model` value; `base` is the body's address, so
+/// a borrowed [`RawValue`]'s offset into the body is its address minus `base`.
+pub(super) struct ModelSpans {
+    pub(super) base: usize,
+}
+
+impl<'de> DeserializeSeed<'de> for ModelSpans {
+    type Value = Vec<(usize, usize)>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ModelSpans {
+    type Value = Vec<(usize, usize)>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut spans = Vec::with_capacity(1);
+        while let Some(key) = map.next_key::<Key>()? {
+            if let Key::Model = key {
+                // Borrowed RawValue: a sub-slice of the input, so its address locates it.
+                let raw: &RawValue = map.next_value()?;
+                let start = (raw.get().as_ptr() as usize).wrapping_sub(self.base);
+                spans.push((start, start + raw.get().len()));
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(spans)
+    }
+}
