@@ -153,6 +153,10 @@ fn name_len(bytes: &[u8]) -> usize {
 
 fn parse_after_name(line: &str, name_len: usize, line_no: usize) -> Result<Sample<'_>, PromError> {
     let bytes = line.as_bytes();
+    // The name must end at a blank or `{`; `m-1 2` is a bad name, not value -1.
+    if !matches!(bytes.get(name_len), Some(b' ' | b'\t' | b'{') | None) {
+        return Err(PromError::Name { line: line_no });
+    }
     let mut pos = skip_ws(bytes, name_len);
     let mut labels = "";
     if bytes.get(pos) == Some(&b'{') {
@@ -217,8 +221,11 @@ fn scan_label_set(bytes: &[u8], start: usize) -> Option<usize> {
     }
 }
 
+/// A byte range `(start, end)`.
+type Span = (usize, usize);
+
 /// Scans `name="value"` (after optional blanks) at the start of `bytes`. Returns the name span, the raw (still escaped) value span, and bytes consumed.
-fn scan_label(bytes: &[u8]) -> Option<((usize, usize), (usize, usize), usize)> {
+fn scan_label(bytes: &[u8]) -> Option<(Span, Span, usize)> {
     let name_start = skip_ws(bytes, 0);
     let first = *bytes.get(name_start)?;
     if !(first.is_ascii_alphabetic() || first == b'_') {
@@ -315,6 +322,7 @@ mod tests {
     fn malformed_lines_are_errors_not_panics() {
         for (line, expected) in [
             ("9bad 1", PromError::Name { line: 1 }),
+            ("m-1 2", PromError::Name { line: 1 }),
             (r#"m{a="1" 2"#, PromError::Labels { line: 1 }),
             (r#"m{a=1} 2"#, PromError::Labels { line: 1 }),
             (r#"m{a="1\"} 2"#, PromError::Labels { line: 1 }),

@@ -12,6 +12,7 @@
 //!
 //! Does not: tokenize (see [`super::estimate`]), read headers, or decide the target model.
 
+mod content;
 mod de;
 
 use serde::de::DeserializeSeed;
@@ -189,6 +190,9 @@ pub enum BodyError {
     /// The body is not syntactically valid JSON, or a known field has the wrong shape.
     #[error("invalid request body: {0}")]
     Json(#[source] serde_json::Error),
+    /// The body is not UTF-8 (JSON text must be).
+    #[error("request body is not valid UTF-8: {0}")]
+    NotUtf8(#[source] std::str::Utf8Error),
     /// The body is valid JSON but not an object.
     #[error("request body must be a JSON object")]
     NotObject,
@@ -232,7 +236,10 @@ pub fn parse_body(api: ApiKind, body: &[u8]) -> Result<ParsedBody, BodyError> {
             Err(e) => Err(BodyError::Json(e)),
         };
     }
-    let mut de = serde_json::Deserializer::from_slice(body);
+    // Validate UTF-8 once for the whole body: serde_json's `from_str` then skips the
+    // per-string validation `from_slice` would do (measured ~15% of a chat body parse).
+    let text = std::str::from_utf8(body).map_err(BodyError::NotUtf8)?;
+    let mut de = serde_json::Deserializer::from_str(text);
     let raw = de::BodySeed(api)
         .deserialize(&mut de)
         .map_err(BodyError::Json)?;
@@ -254,7 +261,8 @@ pub fn rewrite_model(body: &[u8], new_model: &str) -> Result<Vec<u8>, BodyError>
     if first_non_ws(body) != Some(b'{') {
         return Err(BodyError::NotObject);
     }
-    let mut deserializer = serde_json::Deserializer::from_slice(body);
+    let text = std::str::from_utf8(body).map_err(BodyError::NotUtf8)?;
+    let mut deserializer = serde_json::Deserializer::from_str(text);
     let spans = de::ModelSpans {
         base: body.as_ptr() as usize,
     }

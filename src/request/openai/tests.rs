@@ -136,6 +136,8 @@ fn malformed_fixtures_are_rejected() {
     assert!(matches!(err, BodyError::Json(_)));
     let err = parse(ApiKind::Completions, fixture!("malformed_not_object.json")).unwrap_err();
     assert!(matches!(err, BodyError::NotObject));
+    let err = parse_body(ApiKind::Completions, b"{\"model\":\"\xff\"}").unwrap_err();
+    assert!(matches!(err, BodyError::NotUtf8(_)));
     let err = parse(ApiKind::Completions, fixture!("missing_model.json")).unwrap_err();
     assert!(matches!(err, BodyError::ModelMissing));
     assert_eq!(err.to_string(), "model not found in request body");
@@ -158,7 +160,8 @@ fn model_must_be_a_string() {
 #[test]
 fn per_api_validation_rules() {
     use BodyError::*;
-    let cases: [(ApiKind, &str, fn(&BodyError) -> bool); 10] = [
+    type Case = (ApiKind, &'static str, fn(&BodyError) -> bool);
+    let cases: [Case; 10] = [
         (ApiKind::ChatCompletions, r#"{"model":"m"}"#, |e| {
             matches!(e, NoMessages)
         }),
