@@ -214,7 +214,7 @@ async fn endpoints_file_reload_keeps_in_flight_streams() {
     let epp = TestEpp::start(&endpoints_yaml(&[("a", a.addr, &[])]), None, |_| {}).await;
     let mut client = epp.client().await;
     let mut in_flight = Exchange::open(&mut client).await;
-    in_flight.send(request_headers("/v1/chat/completions", &[], false, Some((FULL_DUPLEX, FULL_DUPLEX)))).await;
+    in_flight.send(request_headers("/v1/completions", &[], false, Some((FULL_DUPLEX, FULL_DUPLEX)))).await;
     in_flight.send(request_body(br#"{"model":"m","#, false)).await;
 
     std::fs::write(&epp.endpoints_file, endpoints_yaml(&[("b", b.addr, &[])])).unwrap();

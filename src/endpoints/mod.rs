@@ -1,9 +1,13 @@
 //! Endpoints: where the pod list comes from (`discovery`), the atomically swapped list with
 //! per-endpoint metrics cells (`store`), the model the scheduler reads (`model`), the
-//! polling scrapers (`scraper`) and the Prometheus-text extraction (`vllm_metrics`).
+//! polling scrapers (`scraper`), and turning what a pod reports about itself into typed load
+//! data: [`prom_text`] parses the Prometheus text exposition generically, [`metric_spec`]
+//! parses configured metric selectors, and [`vllm_metrics`] alone knows engine metric names.
 
 pub mod discovery;
+pub mod metric_spec;
 pub mod model;
+pub mod prom_text;
 pub mod scraper;
 pub mod store;
 pub mod vllm_metrics;

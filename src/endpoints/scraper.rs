@@ -212,7 +212,8 @@ impl Poller {
         let text = String::from_utf8_lossy(&body);
         let extracted = extract(&text, mapping);
         if !extracted.extracted_any {
-            return Err(ScrapeError::NoMetrics(extracted.missing.join(", ")));
+            let missing: Vec<&str> = extracted.missing.iter().map(|m| m.as_str()).collect();
+            return Err(ScrapeError::NoMetrics(missing.join(", ")));
         }
         Ok(MetricsState { metrics: extracted.metrics, updated_at: Some(Instant::now()), last_scrape_failed: false })
     }

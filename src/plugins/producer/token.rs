@@ -12,7 +12,7 @@ use crate::endpoints::model::Candidate;
 use crate::plugins::registry::{BuildContext, BuildError, PluginSpec, decode_params};
 use crate::plugins::{DataProducer, PluginInstance};
 use crate::request::InferenceRequest;
-use crate::request::openai::estimate_tokens;
+use crate::request::estimate::estimate_tokens;
 use crate::scheduling::context::DataKey;
 use crate::scheduling::data::RequestData;
 
