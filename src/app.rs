@@ -22,7 +22,7 @@ use crate::config::{self, LoadedConfig};
 use crate::endpoints::discovery::{load_endpoints_file_bytes, watch_endpoints_file};
 use crate::endpoints::scraper::{ScrapeConfig, ScrapeMetrics, run_scrapers};
 use crate::endpoints::store::EndpointStore;
-use crate::endpoints::vllm_metrics::builtin_engine;
+use crate::endpoints::vllm_metrics::{BUILTIN_ENGINES, builtin_engine};
 use crate::extproc::service::{ExtProcOptions, ExtProcService, Shared};
 use crate::plugins::registry::{BuildContext, PluginMetrics, builtin};
 use crate::proto::ext_proc::external_processor_server::ExternalProcessorServer;
@@ -207,9 +207,15 @@ impl App {
 fn scrape_config(settings: &Settings, loaded: &LoadedConfig) -> ScrapeConfig {
     let extractor = &loaded.data_layer.extractor;
     let mut engines = HashMap::new();
-    for name in ["vllm", "sglang", "trtllm-serve", "triton-tensorrt-llm"] {
+    for name in BUILTIN_ENGINES {
         if let Some(m) = builtin_engine(name) {
             engines.insert(name.to_string(), m);
+        }
+    }
+    // Validated by the extractor's factory; a user entry replaces the built-in wholesale.
+    for custom in &extractor.engine_configs {
+        if let Ok(m) = custom.to_mapping() {
+            engines.insert(custom.name.clone(), m);
         }
     }
     ScrapeConfig {

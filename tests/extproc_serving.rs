@@ -138,6 +138,46 @@ async fn response_path_echoes_in_order_and_counts_usage() {
     assert_eq!(streamed(&ex.next().await), Some((json.to_vec(), true)), "nothing sent before the end, then the whole body");
     ex.send(epp_trailers()).await;
     assert!(matches!(ex.next().await.response, Some(Response::ResponseTrailers(_))));
+    drop(ex);
+
+    // Usage from both responses reached the token histograms (7 + 11 prompt tokens).
+    let text = scrape(epp.app.metrics_addr).await;
+    assert!(text.contains("inference_objective_input_tokens_sum{model_name=\"m\",target_model_name=\"m\"} 18"), "{text}");
+    assert!(text.contains("inference_objective_output_tokens_sum{model_name=\"m\",target_model_name=\"m\"} 8"));
+    assert!(text.contains("inference_objective_prompt_cached_tokens_sum{model_name=\"m\",target_model_name=\"m\"} 4"));
+}
+
+#[tokio::test]
+async fn rewritten_model_name_is_restored_in_responses() {
+    let (_pod, epp) = one_pod().await;
+    let mut client = epp.client().await;
+    let mut ex = Exchange::open(&mut client).await;
+    ex.send(request_headers("/v1/chat/completions", &[("x-gateway-model-name-rewrite", "real")], false, Some((FULL_DUPLEX, FULL_DUPLEX)))).await;
+    ex.send(request_body(&chat("alias", "hi", false), true)).await;
+    ex.take(2).await;
+    ex.send(response_headers("200", "application/json")).await;
+    ex.next().await;
+    ex.send(response_body(br#"{"id":"1","model":"real","choices":[]}"#, true)).await;
+    let (body, eos) = streamed(&ex.next().await).unwrap();
+    assert!(eos);
+    assert_eq!(body, br#"{"id":"1","model":"alias","choices":[]}"#.to_vec());
+}
+
+#[tokio::test]
+async fn buffered_response_mode_answers_each_message() {
+    let (_pod, epp) = one_pod().await;
+    let mut client = epp.client().await;
+    let mut ex = Exchange::open(&mut client).await;
+    ex.send(request_headers("/v1/completions", &[("x-gateway-model-name-rewrite", "real")], false, Some((BUFFERED, BUFFERED)))).await;
+    ex.next().await;
+    ex.send(request_body(br#"{"model":"alias","prompt":"hi"}"#, true)).await;
+    let routed = ex.next().await;
+    assert_eq!(replaced_body(&routed), Some(br#"{"model":"real","prompt":"hi"}"#.to_vec()), "buffered rewrite uses a body mutation");
+    assert_eq!(set_header(&routed, "content-length"), Some("30".into()));
+    ex.send(response_headers("200", "application/json")).await;
+    ex.next().await;
+    ex.send(response_body(br#"{"model":"real","usage":{"prompt_tokens":2,"completion_tokens":1}}"#, true)).await;
+    assert_eq!(replaced_body(&ex.next().await), Some(br#"{"model":"alias","usage":{"prompt_tokens":2,"completion_tokens":1}}"#.to_vec()));
 }
 
 fn epp_trailers() -> epp::proto::ext_proc::ProcessingRequest {

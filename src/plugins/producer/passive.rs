@@ -5,6 +5,8 @@
 
 use serde::Deserialize;
 
+use crate::endpoints::metric_spec::{SpecError, parse_optional_spec};
+use crate::endpoints::vllm_metrics::EngineMapping;
 use crate::plugins::PluginInstance;
 use crate::plugins::registry::{BuildContext, BuildError, Factory, PluginSpec, decode_params};
 
@@ -57,6 +59,27 @@ pub struct EngineConfig {
     pub cache_num_blocks_spec: Option<String>,
 }
 
+impl EngineConfig {
+    /// The engine mapping this entry defines. The entry replaces a built-in of the same name
+    /// wholesale: an unset or empty spec disables that metric.
+    pub fn to_mapping(&self) -> Result<EngineMapping, SpecError> {
+        let spec = |s: &Option<String>| s.as_deref().map(parse_optional_spec).transpose().map(Option::flatten);
+        Ok(EngineMapping {
+            name: self.name.clone(),
+            queued: spec(&self.queued_requests_spec)?,
+            running: spec(&self.running_requests_spec)?,
+            kv_usage: spec(&self.kv_usage_spec)?,
+            kv_usage_fallback: None,
+            lora: spec(&self.lora_spec)?,
+            cache_info: spec(&self.cache_info_spec)?,
+            cache_block_size_label: self.cache_block_size_label_name.clone().unwrap_or_else(|| "block_size".into()),
+            cache_num_blocks_label: self.cache_num_blocks_label_name.clone().unwrap_or_else(|| "num_gpu_blocks".into()),
+            cache_block_size_spec: spec(&self.cache_block_size_spec)?,
+            cache_num_blocks_spec: spec(&self.cache_num_blocks_spec)?,
+        })
+    }
+}
+
 /// `core-metrics-extractor` parameters.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
@@ -103,6 +126,9 @@ fn core_metrics_extractor(spec: &PluginSpec, _: &BuildContext) -> Result<PluginI
                 format!("{}.parameters.engineConfigs[{i}].name", spec.path),
                 "must be set and must not be the reserved name `default`",
             ));
+        }
+        if let Err(error) = e.to_mapping() {
+            return Err(BuildError::new(format!("{}.parameters.engineConfigs[{i}]", spec.path), error.to_string()));
         }
     }
     Ok(PluginInstance::new(spec.name.clone(), "core-metrics-extractor").passive())
