@@ -1,29 +1,13 @@
 //! Full in-process decision (parse + default pipeline + pre-request) for 1/10/100 KB chat
 //! bodies over 8 endpoints, and 10 KB bodies over 8/64/256 endpoints.
 
-use std::sync::Arc;
-
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use epp::bench::synthetic;
-use epp::endpoints::model::MetricsState;
-use epp::endpoints::store::EndpointStore;
 use epp::extproc::decide::decide;
-use epp::plugins::registry::BuildContext;
 use epp::request::headers::RequestHeaders;
-use epp::scheduling::metrics::SchedulerMetrics;
 
-fn setup(n: usize) -> (EndpointStore, epp::config::LoadedConfig) {
-    let store = EndpointStore::new();
-    store.replace(synthetic::endpoints(n));
-    for (i, e) in store.snapshot().entries.iter().enumerate() {
-        let mut m = MetricsState { updated_at: Some(tokio::time::Instant::now()), ..Default::default() };
-        m.metrics.waiting_queue_size = (i % 7) as u64;
-        m.metrics.kv_cache_usage = (i % 10) as f64 / 10.0;
-        e.metrics.store(Arc::new(m));
-    }
-    let cx = BuildContext { endpoints: store.clone(), ..Default::default() };
-    let loaded = epp::app::load_config(None, &cx, SchedulerMetrics::detached()).expect("default config");
-    (store, loaded)
+fn setup(n: usize) -> (epp::endpoints::store::EndpointStore, epp::config::LoadedConfig) {
+    synthetic::default_pipeline(n).expect("default pipeline")
 }
 
 fn bench(c: &mut Criterion) {

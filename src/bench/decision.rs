@@ -2,18 +2,13 @@
 //! pipeline: estimate tokens, approximate prefix producer, queue/KV/prefix scorers,
 //! max-score picker, pre-request index update) over synthetic endpoints with load.
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use serde::Serialize;
 
 use super::{percentile, synthetic};
-use crate::endpoints::model::MetricsState;
-use crate::endpoints::store::EndpointStore;
 use crate::extproc::decide::decide;
-use crate::plugins::registry::BuildContext;
 use crate::request::headers::RequestHeaders;
-use crate::scheduling::metrics::SchedulerMetrics;
 
 /// Result line.
 #[derive(Debug, Serialize)]
@@ -36,16 +31,7 @@ pub struct DecisionReport {
 
 /// Runs the benchmark on the current thread.
 pub fn run(body_bytes: usize, endpoints: usize, iterations: usize) -> anyhow::Result<DecisionReport> {
-    let store = EndpointStore::new();
-    store.replace(synthetic::endpoints(endpoints));
-    for (i, e) in store.snapshot().entries.iter().enumerate() {
-        let mut m = MetricsState { updated_at: Some(tokio::time::Instant::now()), ..Default::default() };
-        m.metrics.waiting_queue_size = (i % 7) as u64;
-        m.metrics.kv_cache_usage = (i % 10) as f64 / 10.0;
-        e.metrics.store(Arc::new(m));
-    }
-    let cx = BuildContext { endpoints: store.clone(), ..Default::default() };
-    let loaded = crate::app::load_config(None, &cx, SchedulerMetrics::detached())?;
+    let (store, loaded) = synthetic::default_pipeline(endpoints)?;
     let headers = RequestHeaders { all: vec![(":path".into(), "/v1/chat/completions".into())] };
     let metadata = Default::default();
     let bodies: Vec<Vec<u8>> = (0..64).map(|i| synthetic::chat_body(body_bytes, i % 8, i)).collect();

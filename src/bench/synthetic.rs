@@ -37,3 +37,20 @@ pub fn endpoints(n: usize) -> Vec<Endpoint> {
         .map(|i| Endpoint::new(format!("pod-{i}"), IpAddr::V4(Ipv4Addr::new(10, 0, (i / 250) as u8, (i % 250 + 1) as u8)), 8000))
         .collect()
 }
+
+/// A store of `n` synthetic endpoints with varied fresh load, and the default pipeline built
+/// over it (for benchmarks).
+pub fn default_pipeline(n: usize) -> anyhow::Result<(crate::endpoints::store::EndpointStore, crate::config::LoadedConfig)> {
+    use std::sync::Arc;
+    let store = crate::endpoints::store::EndpointStore::new();
+    store.replace(endpoints(n));
+    for (i, e) in store.snapshot().entries.iter().enumerate() {
+        let mut m = crate::endpoints::model::MetricsState { updated_at: Some(tokio::time::Instant::now()), ..Default::default() };
+        m.metrics.waiting_queue_size = (i % 7) as u64;
+        m.metrics.kv_cache_usage = (i % 10) as f64 / 10.0;
+        e.metrics.store(Arc::new(m));
+    }
+    let cx = crate::plugins::registry::BuildContext { endpoints: store.clone(), ..Default::default() };
+    let loaded = crate::app::load_config(None, &cx, crate::scheduling::metrics::SchedulerMetrics::detached())?;
+    Ok((store, loaded))
+}

@@ -135,14 +135,9 @@ pub async fn watch_endpoints_file(
     cancel: CancellationToken,
 ) {
     let mut last = Some(loaded);
-    let mut ticker = tokio::time::interval(interval);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut ticks = super::periodic::Periodic::new(interval);
     let mut failing = false;
-    loop {
-        tokio::select! {
-            _ = cancel.cancelled() => return,
-            _ = ticker.tick() => {}
-        }
+    while ticks.tick(&cancel).await {
         let Ok(bytes) = tokio::fs::read(&path).await else {
             if !failing {
                 warn!(path = %path.display(), "Endpoints file unreadable; keeping the previous list");

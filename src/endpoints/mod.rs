@@ -7,6 +7,7 @@
 pub mod discovery;
 pub mod metric_spec;
 pub mod model;
+pub mod periodic;
 pub mod prom_text;
 pub mod scraper;
 pub mod store;

@@ -156,14 +156,9 @@ impl Poller {
             warn!(engine, "No metric mapping for engine; endpoint will not be scraped");
             return;
         };
-        let mut ticker = tokio::time::interval(self.config.interval);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut ticks = super::periodic::Periodic::new(self.config.interval);
         let mut failing = false;
-        loop {
-            tokio::select! {
-                _ = cancel.cancelled() => return,
-                _ = ticker.tick() => {}
-            }
+        while ticks.tick(&cancel).await {
             match self.poll(&url, mapping).await {
                 Ok(state) => {
                     if failing {
