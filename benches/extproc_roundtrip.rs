@@ -56,6 +56,9 @@ fn bench(c: &mut Criterion) {
                     for _ in 0..replies {
                         stream.next().await.expect("reply").expect("ok");
                     }
+                    // The client half-closed after its two messages; the server then ends the
+                    // stream, as with Envoy.
+                    assert!(stream.next().await.is_none());
                 })
             })
         });

@@ -13,7 +13,7 @@ use anyhow::Context;
 use arc_swap::ArcSwap;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
-use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::server::TcpIncoming;
 use tokio_util::sync::CancellationToken;
 use tonic_health::ServingStatus;
 use tracing::{info, warn};
@@ -149,7 +149,7 @@ impl App {
         tasks.spawn(async move {
             let served = tonic::transport::Server::builder()
                 .add_service(health_service)
-                .serve_with_incoming_shutdown(TcpListenerStream::new(health), c.cancelled())
+                .serve_with_incoming_shutdown(TcpIncoming::from(health).with_nodelay(Some(true)), c.cancelled())
                 .await;
             if let Err(error) = served {
                 warn!(%error, "health server stopped");
@@ -157,7 +157,9 @@ impl App {
         });
 
         let ext_proc = ExternalProcessorServer::new(ExtProcService::new(shared.clone())).max_decoding_message_size(settings.grpc_max_recv_bytes);
-        let mut builder = tonic::transport::Server::builder();
+        // One stream per HTTP request, many per connection: gateways end streams early (reset)
+        // whenever a request finishes or is cancelled, which must not count as abuse.
+        let mut builder = tonic::transport::Server::builder().http2_max_local_error_reset_streams(None).max_concurrent_streams(None);
         if settings.secure_serving {
             builder = builder.tls_config(crate::tls::server_tls(settings.cert_path.as_deref())?)?;
         }
@@ -169,7 +171,9 @@ impl App {
         }
         let c = cancel.clone();
         tasks.spawn(async move {
-            if let Err(error) = router.serve_with_incoming_shutdown(TcpListenerStream::new(grpc), c.cancelled()).await {
+            // Nagle's algorithm plus delayed ACKs would add ~20-40 ms to every small reply.
+            let incoming = TcpIncoming::from(grpc).with_nodelay(Some(true));
+            if let Err(error) = router.serve_with_incoming_shutdown(incoming, c.cancelled()).await {
                 warn!(%error, "ext_proc server stopped");
             }
         });
