@@ -1,2 +1,3 @@
 //! epp: an Endpoint Picker for LLM inference.
+pub mod kvcache;
 pub mod proto;

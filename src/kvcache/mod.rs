@@ -1,0 +1,4 @@
+//! Precise prefix-cache routing from vLLM KV events.
+pub mod decode;
+pub mod events;
+pub mod hashing;
