@@ -2,3 +2,5 @@
 pub mod decode;
 pub mod events;
 pub mod hashing;
+pub mod keys;
+pub mod index;
