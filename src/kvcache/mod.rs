@@ -4,3 +4,6 @@ pub mod events;
 pub mod hashing;
 pub mod keys;
 pub mod index;
+pub mod drift;
+pub mod metrics;
+pub mod sequence;
