@@ -7,3 +7,4 @@ pub mod index;
 pub mod drift;
 pub mod metrics;
 pub mod sequence;
+pub mod subscriber;

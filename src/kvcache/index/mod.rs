@@ -276,6 +276,11 @@ impl PrefixIndex {
         self.table_bytes() + self.engine_maps.iter().map(|m| m.bytes()).sum::<usize>()
     }
 
+    /// Engine-hash mappings held (request-key mode).
+    pub fn engine_mappings(&self) -> usize {
+        self.engine_maps.iter().map(|m| m.len()).sum()
+    }
+
     /// Registered endpoints.
     pub fn endpoints(&self) -> usize {
         read(&self.registry).len()
