@@ -38,8 +38,10 @@ pub type MixState = BuildHasherDefault<MixHasher>;
 pub enum Keys {
     /// The common case: engine and epp block sizes are equal.
     One(u64),
-    /// Engine blocks larger than epp blocks.
-    Many(Box<[u64]>),
+    /// Engine blocks larger than epp blocks. Boxed twice on purpose: a thin
+    /// pointer keeps `Keys` at 16 bytes, and this variant is rare.
+    #[allow(clippy::box_collection)]
+    Many(Box<Vec<u64>>),
 }
 
 impl Keys {
@@ -48,7 +50,7 @@ impl Keys {
         match keys {
             [] => None,
             [k] => Some(Keys::One(*k)),
-            many => Some(Keys::Many(many.into())),
+            many => Some(Keys::Many(Box::new(many.to_vec()))),
         }
     }
 
@@ -56,7 +58,7 @@ impl Keys {
     pub fn as_slice(&self) -> &[u64] {
         match self {
             Keys::One(k) => std::slice::from_ref(k),
-            Keys::Many(ks) => ks,
+            Keys::Many(ks) => ks.as_slice(),
         }
     }
 }
@@ -131,6 +133,11 @@ impl EngineMap {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mapping_stays_small() {
+        assert_eq!(std::mem::size_of::<(u64, Mapping)>(), 32);
+    }
 
     #[test]
     fn hold_is_idempotent_per_tier_and_release_drops_at_zero() {

@@ -215,30 +215,52 @@ impl PrefixIndex {
     /// Per endpoint, the longest run of consecutive `keys` held from the first,
     /// with the tier-weighted score. Endpoints with no match are omitted.
     pub fn lookup(&self, keys: &[u64]) -> Vec<EndpointMatch> {
-        // (endpoint, blocks, weighted, alive, best weight at this block or -1)
-        let mut runs: Vec<(EndpointId, usize, f64, bool, f64)> = Vec::new();
+        struct Run {
+            ep: EndpointId,
+            blocks: usize,
+            weighted: f64,
+            /// Best tier weight at the current block, -1 when absent.
+            best: f64,
+        }
+        let mut runs: Vec<Run> = Vec::new();
+        // Endpoint id -> 1 + index in `runs` (0 = not a candidate); ids are
+        // dense, so this stays small and makes each holder O(1).
+        let mut slot: Vec<u32> = Vec::new();
         let w = &self.config.tier_weights;
         for (i, key) in keys.iter().enumerate() {
             let shard = read(self.shard(*key));
-            let present = shard.for_each_holder(*key, |h| {
-                let (ep, weight) = (holder::endpoint(h), w.of(Tier::from_id(holder::tier(h))));
-                match runs.iter_mut().find(|r| r.0 == ep) {
-                    Some(r) => r.4 = r.4.max(weight),
-                    None if i == 0 => runs.push((ep, 0, 0.0, true, weight)),
-                    None => {}
+            shard.for_each_holder(*key, |h| {
+                let ep = holder::endpoint(h);
+                let weight = w.of(Tier::from_id(holder::tier(h)));
+                let e = usize::from(ep);
+                if e >= slot.len() {
+                    if i > 0 {
+                        return;
+                    }
+                    slot.resize(e + 1, 0);
+                }
+                match slot[e] {
+                    0 if i == 0 => {
+                        runs.push(Run { ep, blocks: 0, weighted: 0.0, best: weight });
+                        slot[e] = runs.len() as u32;
+                    }
+                    0 => {}
+                    s => {
+                        let r = &mut runs[s as usize - 1];
+                        r.best = r.best.max(weight);
+                    }
                 }
             });
             drop(shard);
             let mut alive = 0;
-            for r in runs.iter_mut().filter(|r| r.3) {
-                if present && r.4 >= 0.0 {
-                    r.1 += 1;
-                    r.2 += r.4;
-                    r.4 = -1.0;
+            for r in &mut runs {
+                // Alive at block i iff it matched every earlier block.
+                if r.best >= 0.0 && r.blocks == i {
+                    r.blocks += 1;
+                    r.weighted += r.best;
                     alive += 1;
-                } else {
-                    r.3 = false;
                 }
+                r.best = -1.0;
             }
             if alive == 0 {
                 break;
@@ -246,8 +268,8 @@ impl PrefixIndex {
         }
         let reg = read(&self.registry);
         runs.into_iter()
-            .filter(|r| r.1 > 0)
-            .filter_map(|r| reg.name(r.0).map(|n| EndpointMatch { endpoint: n.clone(), blocks: r.1, weighted: r.2 }))
+            .filter(|r| r.blocks > 0)
+            .filter_map(|r| reg.name(r.ep).map(|n| EndpointMatch { endpoint: n.clone(), blocks: r.blocks, weighted: r.weighted }))
             .collect()
     }
 

@@ -11,6 +11,7 @@
 
 use std::collections::HashMap;
 
+use super::engine_map::MixState;
 use super::holder::{self, EndpointId, OVERFLOW};
 
 const MIN_BUCKETS: usize = 64;
@@ -41,7 +42,7 @@ pub struct Table {
     keys: usize,
     entries: usize,
     zero: u64,
-    overflow: HashMap<u64, Vec<u32>>,
+    overflow: HashMap<u64, Vec<u32>, MixState>,
     max_keys: usize,
     rng: u64,
     evictions: u64,
@@ -56,7 +57,7 @@ impl Table {
             keys: 0,
             entries: 0,
             zero: 0,
-            overflow: HashMap::new(),
+            overflow: HashMap::default(),
             max_keys: max_keys.max(1),
             rng: seed | 1,
             evictions: 0,
@@ -169,7 +170,7 @@ impl Table {
         true
     }
 
-    fn add_to_slot(overflow: &mut HashMap<u64, Vec<u32>>, key: u64, slot: &mut u64, h: u32, mode: AddMode) -> bool {
+    fn add_to_slot(overflow: &mut HashMap<u64, Vec<u32>, MixState>, key: u64, slot: &mut u64, h: u32, mode: AddMode) -> bool {
         let bump = |x: u32| if mode == AddMode::Counted { holder::incremented(x) } else { x };
         let (lo, hi) = holder::split(*slot);
         if lo == OVERFLOW {
@@ -232,7 +233,7 @@ impl Table {
         removed
     }
 
-    fn remove_from_slot(overflow: &mut HashMap<u64, Vec<u32>>, key: u64, slot: &mut u64, pred: impl Fn(u32) -> bool, mode: RemoveMode) -> usize {
+    fn remove_from_slot(overflow: &mut HashMap<u64, Vec<u32>, MixState>, key: u64, slot: &mut u64, pred: impl Fn(u32) -> bool, mode: RemoveMode) -> usize {
         let drop_one = |h: u32| if mode == RemoveMode::Release { holder::decremented(h) } else { None };
         let (lo, hi) = holder::split(*slot);
         if lo != OVERFLOW {
