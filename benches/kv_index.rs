@@ -36,7 +36,7 @@ fn big_index() -> (PrefixIndex, Vec<Vec<u64>>) {
     let mut entries = 0;
     while entries < TARGET_ENTRIES {
         let chain: Vec<u64> = (0..CHAIN).map(|_| splitmix(&mut rng)).collect();
-        let holders = 1 + (splitmix(&mut rng) % 3) as usize;
+        let holders = 1 + (splitmix(&mut rng) % max_holders()) as usize;
         for h in 0..holders {
             let ep = &names[(splitmix(&mut rng) as usize + h) % ENDPOINTS];
             idx.store_keys(ep, Tier::Gpu, &chain, AddMode::Set);
@@ -124,4 +124,9 @@ criterion_group!(benches, apply_benches, lookup_benches);
 fn main() {
     benches();
     Criterion::default().configure_from_args().final_summary();
+}
+
+/// Endpoints per chain are 1..=N (env `KV_BENCH_MAX_HOLDERS`, default 3).
+fn max_holders() -> u64 {
+    std::env::var("KV_BENCH_MAX_HOLDERS").ok().and_then(|v| v.parse().ok()).unwrap_or(3).max(1)
 }

@@ -130,7 +130,7 @@ impl PrefixIndex {
     }
 
     fn add(&self, key: u64, ep: EndpointId, tier: u8, mode: AddMode) {
-        write(self.shard(key)).add(key, ep, tier, mode);
+        self.add_key(key, ep, tier, mode);
     }
 
     fn apply_stored(&self, ep: EndpointId, rank: u32, model: &str, s: &BlockStored, stats: &mut ApplyStats) -> EventOutcome {
@@ -201,7 +201,7 @@ impl PrefixIndex {
         stats.removed_blocks += r.block_hashes.len() as u64;
         if let KeyMode::Engine { .. } = self.config.key_mode {
             for h in &r.block_hashes {
-                write(self.shard(*h)).remove(*h, ep, tier, RemoveMode::Force);
+                write(&self.shard(*h).table).remove(*h, ep, tier, RemoveMode::Force);
             }
             return EventOutcome::Applied;
         }
@@ -211,7 +211,7 @@ impl PrefixIndex {
             if let Some(keys) = map.release(*h, tier) {
                 any = true;
                 for k in keys.as_slice() {
-                    write(self.shard(*k)).remove(*k, ep, tier, RemoveMode::Release);
+                    write(&self.shard(*k).table).remove(*k, ep, tier, RemoveMode::Release);
                 }
             }
         }

@@ -22,6 +22,7 @@ mod table;
 pub use apply::{ApplyStats, EventOutcome};
 pub use table::{AddMode, RemoveMode};
 
+use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard};
 
 use dashmap::DashMap;
@@ -111,10 +112,52 @@ pub struct EndpointMatch {
     pub weighted: f64,
 }
 
+/// How many keys ahead a lookup prefetches.
+const PREFETCH_AHEAD: usize = 16;
+
+/// One lock shard plus a lock-free prefetch hint (bucket address and shift,
+/// refreshed by writers after each insert). The hint may be stale or torn
+/// during a resize; it is only used as a prefetch address, never dereferenced.
+#[derive(Debug)]
+struct Shard {
+    table: RwLock<Table>,
+    hint_ptr: AtomicPtr<[u64; 2]>,
+    hint_shift: AtomicU32,
+}
+
+impl Shard {
+    fn new(t: Table) -> Self {
+        let (p, shift) = t.prefetch_hint();
+        Shard { table: RwLock::new(t), hint_ptr: AtomicPtr::new(p.cast_mut()), hint_shift: AtomicU32::new(shift) }
+    }
+
+    fn refresh_hint(&self, t: &Table) {
+        let (p, shift) = t.prefetch_hint();
+        if self.hint_ptr.load(Ordering::Relaxed).cast_const() != p {
+            self.hint_ptr.store(p.cast_mut(), Ordering::Relaxed);
+            self.hint_shift.store(shift, Ordering::Relaxed);
+        }
+    }
+
+    fn prefetch(&self, key: u64) {
+        let base = self.hint_ptr.load(Ordering::Relaxed);
+        let at = base.wrapping_add(table::home_of(key, self.hint_shift.load(Ordering::Relaxed)));
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: PREFETCHT0 is a hint: it never faults and does not access
+        // memory architecturally, so a stale or out-of-range address is harmless.
+        #[allow(unused_unsafe)]
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(at.cast::<i8>().cast_const());
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = at;
+    }
+}
+
 /// The prefix index. `Send + Sync`; share as `Arc<PrefixIndex>`.
 #[derive(Debug)]
 pub struct PrefixIndex {
-    shards: Box<[RwLock<Table>]>,
+    shards: Box<[Shard]>,
     shard_shift: u32,
     registry: RwLock<Registry>,
     engine_maps: DashMap<(EndpointId, u32), EngineMap>,
@@ -134,7 +177,7 @@ impl PrefixIndex {
     pub fn new(config: IndexConfig) -> Self {
         let n = config.shards.clamp(1, 1 << 16).next_power_of_two();
         let per_shard = config.capacity.div_ceil(n).max(1);
-        let shards = (0..n).map(|i| RwLock::new(Table::new(per_shard, 0x9E37_79B9 ^ (i as u64 + 1)))).collect();
+        let shards = (0..n).map(|i| Shard::new(Table::new(per_shard, 0x9E37_79B9 ^ (i as u64 + 1)))).collect();
         PrefixIndex {
             shards,
             shard_shift: 64 - n.trailing_zeros(),
@@ -149,7 +192,7 @@ impl PrefixIndex {
         &self.config
     }
 
-    fn shard(&self, key: u64) -> &RwLock<Table> {
+    fn shard(&self, key: u64) -> &Shard {
         if self.shard_shift >= 64 {
             return &self.shards[0];
         }
@@ -158,11 +201,19 @@ impl PrefixIndex {
         &self.shards[(x >> self.shard_shift) as usize]
     }
 
+    /// Adds one holder, keeping the shard's prefetch hint current.
+    fn add_key(&self, key: u64, ep: EndpointId, tier: u8, mode: AddMode) {
+        let s = self.shard(key);
+        let mut t = write(&s.table);
+        t.add(key, ep, tier, mode);
+        s.refresh_hint(&t);
+    }
+
     /// Adds `(endpoint, tier)` to each key (the bench and engine-key paths).
     pub fn store_keys(&self, endpoint: &str, tier: Tier, keys: &[u64], mode: AddMode) {
         self.with_endpoint(endpoint, |ep| {
             for k in keys {
-                write(self.shard(*k)).add(*k, ep, tier.id(), mode);
+                self.add_key(*k, ep, tier.id(), mode);
             }
         });
     }
@@ -172,7 +223,7 @@ impl PrefixIndex {
         let reg = read(&self.registry);
         let Some(ep) = reg.id(endpoint) else { return };
         for k in keys {
-            write(self.shard(*k)).remove(*k, ep, tier.id(), mode);
+            write(&self.shard(*k).table).remove(*k, ep, tier.id(), mode);
         }
     }
 
@@ -199,7 +250,7 @@ impl PrefixIndex {
 
     fn purge(&self, ep: EndpointId) -> usize {
         self.engine_maps.retain(|(e, _), _| *e != ep);
-        self.shards.iter().map(|s| write(s).remove_endpoint(ep)).sum()
+        self.shards.iter().map(|s| write(&s.table).remove_endpoint(ep)).sum()
     }
 
     /// Removes `endpoint` entirely (it left the pool); its id is reused later.
@@ -227,8 +278,16 @@ impl PrefixIndex {
         // dense, so this stays small and makes each holder O(1).
         let mut slot: Vec<u32> = Vec::new();
         let w = &self.config.tier_weights;
+        // Start the memory loads of the first keys early: bucket misses then
+        // overlap instead of being serialised by each lock's atomic op.
+        for k in keys.iter().take(PREFETCH_AHEAD) {
+            self.shard(*k).prefetch(*k);
+        }
         for (i, key) in keys.iter().enumerate() {
-            let shard = read(self.shard(*key));
+            if let Some(ahead) = keys.get(i + PREFETCH_AHEAD) {
+                self.shard(*ahead).prefetch(*ahead);
+            }
+            let shard = read(&self.shard(*key).table);
             shard.for_each_holder(*key, |h| {
                 let ep = holder::endpoint(h);
                 let weight = w.of(Tier::from_id(holder::tier(h)));
@@ -275,22 +334,22 @@ impl PrefixIndex {
 
     /// Number of `(key, endpoint, tier)` entries.
     pub fn entries(&self) -> usize {
-        self.shards.iter().map(|s| read(s).entries()).sum()
+        self.shards.iter().map(|s| read(&s.table).entries()).sum()
     }
 
     /// Number of distinct keys.
     pub fn keys(&self) -> usize {
-        self.shards.iter().map(|s| read(s).keys()).sum()
+        self.shards.iter().map(|s| read(&s.table).keys()).sum()
     }
 
     /// Keys evicted for capacity so far.
     pub fn evictions(&self) -> u64 {
-        self.shards.iter().map(|s| read(s).evictions()).sum()
+        self.shards.iter().map(|s| read(&s.table).evictions()).sum()
     }
 
     /// Approximate heap bytes of the key tables.
     pub fn table_bytes(&self) -> usize {
-        self.shards.iter().map(|s| read(s).bytes()).sum()
+        self.shards.iter().map(|s| read(&s.table).bytes()).sum()
     }
 
     /// Approximate heap bytes including engine maps.

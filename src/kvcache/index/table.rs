@@ -4,17 +4,20 @@
 //! line), key `0` marks an empty bucket (a real key 0 lives in a side slot).
 //! Deletion uses backward shifting, so there are no tombstones and probe
 //! lengths stay short at the 80 % maximum load. A slot holds up to two
-//! [`holder`]s inline; keys with more holders keep them in a side map. When
+//! [`holder`]s inline; keys with more holders keep them in a slab list the
+//! slot points to. When
 //! the shard reaches its key budget, a pseudo-random key is evicted (random
 //! eviction needs no per-key recency state, which is what keeps the entry
 //! small). Not thread-safe: the index wraps each table in a lock.
 
-use std::collections::HashMap;
-
-use super::engine_map::MixState;
 use super::holder::{self, EndpointId, OVERFLOW};
 
 const MIN_BUCKETS: usize = 64;
+
+/// Home bucket of `key` in a table of `2^(64 - shift)` buckets.
+pub fn home_of(key: u64, shift: u32) -> usize {
+    (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> shift) as usize
+}
 
 /// Whether a store counts as a new reference.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,6 +37,60 @@ pub enum RemoveMode {
     Force,
 }
 
+/// Holder lists of keys with more than two holders, addressed by index from
+/// the slot (one pointer hop instead of a hash-map probe on lookups).
+#[derive(Debug, Default)]
+struct Slab {
+    lists: Vec<Vec<u32>>,
+    free: Vec<u32>,
+}
+
+impl Slab {
+    fn alloc(&mut self, list: Vec<u32>) -> u32 {
+        match self.free.pop() {
+            Some(i) => {
+                self.lists[i as usize] = list;
+                i
+            }
+            None => {
+                self.lists.push(list);
+                (self.lists.len() - 1) as u32
+            }
+        }
+    }
+
+    fn get(&self, i: u32) -> &[u32] {
+        self.lists.get(i as usize).map_or(&[], Vec::as_slice)
+    }
+
+    fn get_mut(&mut self, i: u32) -> &mut Vec<u32> {
+        if i as usize >= self.lists.len() {
+            // Unreachable with consistent slots; recover instead of panicking.
+            self.lists.resize_with(i as usize + 1, Vec::new);
+        }
+        &mut self.lists[i as usize]
+    }
+
+    fn free(&mut self, i: u32) -> Vec<u32> {
+        match self.lists.get_mut(i as usize) {
+            Some(l) => {
+                self.free.push(i);
+                std::mem::take(l)
+            }
+            None => Vec::new(),
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        self.lists.capacity() * 24 + self.free.capacity() * 4 + self.lists.iter().map(|l| l.capacity() * 4).sum::<usize>()
+    }
+
+    #[cfg(test)]
+    fn live(&self) -> usize {
+        self.lists.len() - self.free.len()
+    }
+}
+
 /// A shard's table. See the module doc.
 #[derive(Debug)]
 pub struct Table {
@@ -42,7 +99,7 @@ pub struct Table {
     keys: usize,
     entries: usize,
     zero: u64,
-    overflow: HashMap<u64, Vec<u32>, MixState>,
+    slab: Slab,
     max_keys: usize,
     rng: u64,
     evictions: u64,
@@ -57,7 +114,7 @@ impl Table {
             keys: 0,
             entries: 0,
             zero: 0,
-            overflow: HashMap::default(),
+            slab: Slab::default(),
             max_keys: max_keys.max(1),
             rng: seed | 1,
             evictions: 0,
@@ -81,12 +138,16 @@ impl Table {
 
     /// Approximate heap bytes.
     pub fn bytes(&self) -> usize {
-        let over: usize = self.overflow.values().map(|v| v.capacity() * 4).sum();
-        self.buckets.capacity() * 16 + self.overflow.capacity() * (8 + 24 + 1) + over
+        self.buckets.capacity() * 16 + self.slab.bytes()
     }
 
     fn home(&self, key: u64) -> usize {
-        (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> self.shift) as usize
+        home_of(key, self.shift)
+    }
+
+    /// Bucket array address and shift, for lock-free prefetch hints only.
+    pub fn prefetch_hint(&self) -> (*const [u64; 2], u32) {
+        (self.buckets.as_ptr(), self.shift)
     }
 
     fn mask(&self) -> usize {
@@ -123,7 +184,7 @@ impl Table {
         }
         let (lo, hi) = holder::split(slot);
         if lo == OVERFLOW {
-            self.overflow.get(&key).into_iter().flatten().for_each(|h| f(*h));
+            self.slab.get(hi).iter().for_each(|h| f(*h));
         } else {
             f(lo);
             if hi != 0 {
@@ -138,7 +199,7 @@ impl Table {
         let h = holder::pack(ep, tier);
         if key == 0 {
             let mut slot = self.zero;
-            let added = Self::add_to_slot(&mut self.overflow, key, &mut slot, h, mode);
+            let added = Self::add_to_slot(&mut self.slab, &mut slot, h, mode);
             if self.zero == 0 {
                 self.keys += 1;
             }
@@ -148,7 +209,7 @@ impl Table {
         }
         if let Some(i) = self.find(key) {
             let mut slot = self.buckets[i][1];
-            let added = Self::add_to_slot(&mut self.overflow, key, &mut slot, h, mode);
+            let added = Self::add_to_slot(&mut self.slab, &mut slot, h, mode);
             self.buckets[i][1] = slot;
             self.entries += usize::from(added);
             return added;
@@ -170,11 +231,11 @@ impl Table {
         true
     }
 
-    fn add_to_slot(overflow: &mut HashMap<u64, Vec<u32>, MixState>, key: u64, slot: &mut u64, h: u32, mode: AddMode) -> bool {
+    fn add_to_slot(slab: &mut Slab, slot: &mut u64, h: u32, mode: AddMode) -> bool {
         let bump = |x: u32| if mode == AddMode::Counted { holder::incremented(x) } else { x };
         let (lo, hi) = holder::split(*slot);
         if lo == OVERFLOW {
-            let list = overflow.entry(key).or_default();
+            let list = slab.get_mut(hi);
             if let Some(x) = list.iter_mut().find(|x| holder::identity(**x) == holder::identity(h)) {
                 *x = bump(*x);
                 return false;
@@ -197,8 +258,7 @@ impl Table {
         if hi == 0 {
             *slot = holder::join(lo, h);
         } else {
-            overflow.insert(key, vec![lo, hi, h]);
-            *slot = u64::from(OVERFLOW);
+            *slot = holder::join(OVERFLOW, slab.alloc(vec![lo, hi, h]));
         }
         true
     }
@@ -220,7 +280,7 @@ impl Table {
         if slot == 0 {
             return 0;
         }
-        let removed = Self::remove_from_slot(&mut self.overflow, key, &mut slot, pred, mode);
+        let removed = Self::remove_from_slot(&mut self.slab, &mut slot, pred, mode);
         self.entries -= removed;
         if slot == 0 {
             self.keys -= 1;
@@ -233,7 +293,7 @@ impl Table {
         removed
     }
 
-    fn remove_from_slot(overflow: &mut HashMap<u64, Vec<u32>, MixState>, key: u64, slot: &mut u64, pred: impl Fn(u32) -> bool, mode: RemoveMode) -> usize {
+    fn remove_from_slot(slab: &mut Slab, slot: &mut u64, pred: impl Fn(u32) -> bool, mode: RemoveMode) -> usize {
         let drop_one = |h: u32| if mode == RemoveMode::Release { holder::decremented(h) } else { None };
         let (lo, hi) = holder::split(*slot);
         if lo != OVERFLOW {
@@ -251,7 +311,7 @@ impl Table {
             *slot = holder::join(kept[0], kept[1]);
             return removed;
         }
-        let mut list = overflow.remove(&key).unwrap_or_default();
+        let mut list = slab.free(hi);
         let before = list.len();
         list = list.into_iter().filter_map(|h| if pred(h) { drop_one(h) } else { Some(h) }).collect();
         let removed = before - list.len();
@@ -259,10 +319,7 @@ impl Table {
             [] => 0,
             [a] => u64::from(*a),
             [a, b] => holder::join(*a, *b),
-            _ => {
-                overflow.insert(key, list);
-                u64::from(OVERFLOW)
-            }
+            _ => holder::join(OVERFLOW, slab.alloc(list)),
         };
         removed
     }
@@ -369,7 +426,7 @@ mod tests {
         assert!(t.remove(42, 4, 0, RemoveMode::Force));
         assert!(!t.for_each_holder(42, |_| ()));
         assert_eq!((t.keys(), t.entries()), (0, 0));
-        assert!(t.overflow.is_empty());
+        assert_eq!(t.slab.live(), 0);
     }
 
     #[test]
