@@ -17,6 +17,7 @@ mod apply;
 mod engine_map;
 pub mod holder;
 mod registry;
+mod slab;
 mod table;
 
 pub use apply::{ApplyStats, EventOutcome};
