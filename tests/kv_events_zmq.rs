@@ -225,3 +225,24 @@ async fn pod_discovery_mode_replays_gaps_and_purges_on_restart() {
     wait_for(h, "removal", || s.index.entries() == 0 && m.active_subscribers.get() == 0).await;
     s.handle.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_client_accepts_pre_026_three_frame_replies() {
+    let mut router = RouterSocket::new();
+    let ep = router.bind("tcp://127.0.0.1:0").await.expect("bind").to_string();
+    tokio::spawn(async move {
+        if let Ok(req) = router.recv().await {
+            let f = req.into_vec();
+            let id = f[0].clone();
+            for seq in 1u64..=3 {
+                let reply = vec![id.clone(), Bytes::new(), Bytes::copy_from_slice(&seq.to_be_bytes()), payload(0)];
+                router.send(msg(reply)).await.expect("reply");
+            }
+            let end = vec![id, Bytes::new(), Bytes::from_static(&[0xff; 8]), Bytes::new()];
+            router.send(msg(end)).await.expect("end");
+        }
+    });
+    let got = epp::kvcache::subscriber::fetch_replay(&ep, 1, 3, Default::default()).await.expect("replay");
+    assert_eq!(got.iter().map(|(s, _)| *s).collect::<Vec<_>>(), [1, 2]);
+    assert_eq!(got[0].1, payload(0));
+}

@@ -141,7 +141,7 @@ impl DriftDetector {
         let mut state = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let st = state.entry(endpoint.to_owned()).or_default();
         st.seen = st.seen.wrapping_add(1);
-        if (st.seen - 1) % self.config.sample_every.max(1) != 0 {
+        if !(st.seen - 1).is_multiple_of(self.config.sample_every.max(1)) {
             return DriftVerdict::Skipped;
         }
         let verdict = self.classify(s);

@@ -10,7 +10,7 @@ use prometheus::{
 };
 
 use super::events::EventKind;
-use super::index::{ApplyStats, EventOutcome};
+use super::index::{ApplyStats, EndpointMatch, EventOutcome, PrefixIndex};
 
 /// Handles of every KV-cache series.
 #[derive(Debug, Clone)]
@@ -143,6 +143,15 @@ impl KvCacheMetrics {
         }
     }
 
+    /// `index.lookup(keys)`, recording latency, blocks and hit ratio.
+    pub fn timed_lookup(&self, index: &PrefixIndex, keys: &[u64]) -> Vec<EndpointMatch> {
+        let t0 = std::time::Instant::now();
+        let found = index.lookup(keys);
+        let best = found.iter().map(|m| m.blocks).max().unwrap_or(0);
+        self.record_lookup(t0.elapsed().as_secs_f64(), keys.len(), best);
+        found
+    }
+
     /// Removes the per-endpoint series of `endpoint`.
     pub fn forget_endpoint(&self, endpoint: &str) {
         let _ = self.drift_checks.remove_label_values(&[endpoint]);
@@ -170,6 +179,9 @@ mod tests {
         assert_eq!(m.events.with_label_values(&["block_stored", "applied"]).get(), 2);
         assert_eq!(m.blocks.with_label_values(&["stored"]).get(), 6);
         assert_eq!(m.lookup_hit_blocks.get(), 4);
+        let idx = PrefixIndex::new(crate::kvcache::index::IndexConfig::default());
+        assert!(m.timed_lookup(&idx, &[1, 2]).is_empty());
+        assert_eq!(m.lookup_blocks.get(), 10);
         assert!(r.gather().iter().any(|f| f.name() == "epp_kv_prefix_hit_ratio"));
     }
 }

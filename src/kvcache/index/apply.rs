@@ -16,7 +16,6 @@
 //! mamba …), `block_size` 0, and spans whose tokens do not fill exactly one
 //! block per hash.
 
-use super::engine_map::EngineMap;
 use super::holder::EndpointId;
 use super::table::{AddMode, RemoveMode};
 use super::{write, KeyMode, PrefixIndex};
@@ -149,7 +148,7 @@ impl PrefixIndex {
             KeyMode::Request { keyer, block_size } => (keyer, *block_size),
         };
         let cap = self.config.engine_map_capacity;
-        let mut map = self.engine_maps.entry((ep, rank)).or_insert_with(EngineMap::default);
+        let mut map = self.engine_maps.entry((ep, rank)).or_default();
         if s.token_ids.is_empty() && !s.block_hashes.is_empty() {
             // Tier move (e.g. GPU -> CPU offload): resolve known hashes.
             let mut any = false;
@@ -167,7 +166,7 @@ impl PrefixIndex {
         if bs == 0 {
             return EventOutcome::InvalidBlockSize;
         }
-        if s.token_ids.len() % bs != 0 || s.token_ids.len() / bs != s.block_hashes.len() {
+        if !s.token_ids.len().is_multiple_of(bs) || s.token_ids.len() / bs != s.block_hashes.len() {
             return EventOutcome::NonDenseSpan;
         }
         let parent = match s.parent_block_hash {

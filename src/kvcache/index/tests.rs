@@ -164,12 +164,12 @@ fn run_ops(ops: Vec<Op>, mode: AddMode) -> Result<(), TestCaseError> {
                 let ks: Vec<u64> = ks.into_iter().map(key).collect();
                 idx.remove_keys(&format!("ep{e}"), Tier::from_id(t), &ks, rm_mode);
                 for k in ks {
-                    if let Some(tiers) = m.get_mut(&(e, k)) {
-                        if let Some(c) = tiers.get_mut(&t) {
-                            *c = if rm_mode == RemoveMode::Release { *c - 1 } else { 0 };
-                            if *c == 0 {
-                                tiers.remove(&t);
-                            }
+                    if let Some(tiers) = m.get_mut(&(e, k))
+                        && let Some(c) = tiers.get_mut(&t)
+                    {
+                        *c = if rm_mode == RemoveMode::Release { *c - 1 } else { 0 };
+                        if *c == 0 {
+                            tiers.remove(&t);
                         }
                     }
                 }
