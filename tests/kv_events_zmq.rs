@@ -84,6 +84,8 @@ async fn wait_for(h: &SubscriberHandle, what: &str, cond: impl Fn() -> bool) {
     for _ in 0..100 {
         h.flush().await;
         if cond() {
+            // Everything that arrived before `cond` held is applied after this.
+            h.flush().await;
             return;
         }
         let seen = h.received();

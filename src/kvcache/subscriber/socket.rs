@@ -45,31 +45,31 @@ impl Intake {
         self.notify.notify_waiters();
     }
 
-    fn drop_msg(&self, reason: &str) {
-        self.metrics.dropped.with_label_values(&[reason]).inc();
+    /// Handles one raw message from a socket, attributing it with `attribute`.
+    /// The received counters move last, once the message is queued or dropped.
+    fn accept(&self, raw: zeromq::ZmqMessage, attribute: impl FnOnce(&frames::Frames) -> Option<Source>) {
+        if let Err(reason) = self.route(raw, attribute) {
+            self.metrics.dropped.with_label_values(&[reason]).inc();
+        }
+        self.metrics.messages_received.inc();
         self.mark_received();
     }
 
-    /// Handles one raw message from a socket, attributing it with `attribute`.
-    fn accept(&self, raw: zeromq::ZmqMessage, attribute: impl FnOnce(&frames::Frames) -> Option<Source>) {
-        self.metrics.messages_received.inc();
+    fn route(&self, raw: zeromq::ZmqMessage, attribute: impl FnOnce(&frames::Frames) -> Option<Source>) -> Result<(), &'static str> {
         let f = match frames::parse(raw.into_vec()) {
             Ok(f) => f,
             Err(e) => {
                 self.metrics.malformed_messages.inc();
                 tracing::debug!(error = %e, "Malformed KV event message");
-                return self.mark_received();
+                return Ok(());
             }
         };
         if !f.topic.starts_with(self.topic_filter.as_bytes()) {
-            return self.drop_msg("topic_filter");
+            return Err("topic_filter");
         }
-        let Some(src) = attribute(&f) else { return self.drop_msg("unknown_endpoint") };
+        let src = attribute(&f).ok_or("unknown_endpoint")?;
         let env = Envelope { endpoint: src.name, topic: f.topic, seq: f.seq, payload: f.payload, rank: src.rank, replay: src.replay };
-        if self.worker(&env.endpoint).try_send(Job::Message(env)).is_err() {
-            return self.drop_msg("queue_full");
-        }
-        self.mark_received();
+        self.worker(&env.endpoint).try_send(Job::Message(env)).map_err(|_| "queue_full")
     }
 
     /// Queues a control job (waits for room: control is never dropped).
@@ -195,22 +195,24 @@ pub async fn run_manager(
     let mut known: Vec<Arc<str>> = Vec::new();
     loop {
         let list = sources.borrow_and_update().clone();
+        // New attribution first: the central socket stops routing to pods that left.
         attribution.store(Arc::new(build_attribution(&cfg, &list)));
-        for gone in known.iter().filter(|n| !list.iter().any(|s| &s.name == *n)) {
-            tracing::info!(endpoint = %gone, "Endpoint left; purging its KV entries");
-            intake.control(gone, Job::RemoveEndpoint(gone.clone())).await;
-        }
-        known = list.iter().map(|s| s.name.clone()).collect();
-        known.dedup();
         if cfg.discover_pods {
             let wanted: HashMap<(Arc<str>, u16), &KvEventSource> = list.iter().map(|s| ((s.name.clone(), s.rank), s)).collect();
-            readers.retain(|k, r| {
-                let keep = wanted.get(k).and_then(|s| dial_url(&cfg, s)).is_some_and(|d| d == r.dial);
-                if !keep {
+            // A reader is stale when its endpoint left or now dials elsewhere.
+            let stale: Vec<_> = readers
+                .iter()
+                .filter(|(k, r)| wanted.get(*k).and_then(|s| dial_url(&cfg, s)).as_ref() != Some(&r.dial))
+                .map(|(k, _)| k.clone())
+                .collect();
+            // Stop stale readers before any purge is queued, so none of their
+            // messages can land after it.
+            for k in stale {
+                if let Some(r) = readers.remove(&k) {
                     r.cancel.cancel();
+                    let _ = r.task.await;
                 }
-                keep
-            });
+            }
             for (k, s) in wanted {
                 let Some(dial) = dial_url(&cfg, s) else { continue };
                 if readers.contains_key(&k) {
@@ -223,6 +225,13 @@ pub async fn run_manager(
                 readers.insert(k, Reader { dial, cancel: child, task });
             }
         }
+        for gone in known.iter().filter(|n| !list.iter().any(|s| &s.name == *n)) {
+            tracing::info!(endpoint = %gone, "Endpoint left; purging its KV entries");
+            intake.control(gone, Job::RemoveEndpoint(gone.clone())).await;
+        }
+        known = list.iter().map(|s| s.name.clone()).collect();
+        known.sort();
+        known.dedup();
         tokio::select! {
             _ = cancel.cancelled() => break,
             r = sources.changed() => if r.is_err() {
