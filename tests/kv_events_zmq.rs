@@ -136,6 +136,7 @@ async fn central_mode_topics_restart_gap_and_removal() {
     assert_eq!(s.index.lookup(&all_keys()), want.lookup(&all_keys()));
     assert_eq!(s.index.entries(), want.entries());
     assert_eq!(m.dropped.with_label_values(&["unknown_endpoint"]).get(), 1);
+    assert_eq!(m.endpoint_block_size.with_label_values(&["pod-a"]).get(), 16);
 
     // vLLM restarted: seq back to 0 -> purge, then apply.
     publish(&mut publisher, TOPIC, 0, payload(0)).await;

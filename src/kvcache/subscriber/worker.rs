@@ -180,6 +180,14 @@ impl Worker {
         if batch.unknown_events > 0 {
             m.events.with_label_values(&["unknown", "skipped"]).inc_by(u64::from(batch.unknown_events));
         }
+        // Report the block size the endpoint publishes (once per batch).
+        let published = batch.events.iter().rev().find_map(|e| match e {
+            KvEvent::BlockStored(s) if s.block_size > 0 => Some(s.block_size),
+            _ => None,
+        });
+        if let Some(bs) = published {
+            m.endpoint_block_size.with_label_values(&[endpoint]).set(i64::from(bs));
+        }
         if let Some(d) = &self.deps.drift {
             for ev in &batch.events {
                 if let KvEvent::BlockStored(s) = ev {
