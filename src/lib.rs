@@ -11,6 +11,7 @@
 //! - `plugins`: plugin contracts, the registry and the catalogue.
 //! - `config`: EndpointPickerConfig loading and validation.
 //! - `endpoints`: discovery, the endpoint store, metric scraping.
+//! - `kvcache`: vLLM KV events (ZeroMQ, msgpack), block hashing, the sharded prefix index.
 //! - `telemetry`: logs, metrics, admin server.
 //! - `app`: wiring, servers and shutdown.
 //!
@@ -20,12 +21,14 @@
 //!   scheduling::Scheduler [producers -> ProfileHandler -> Profile(filters -> scorers x weight -> picker)]
 //!   --Decision--> extproc::response --headers + metadata--> Envoy
 //! vLLM /metrics --HTTP--> endpoints::scraper --PodMetrics--> endpoints::store
+//! vLLM --ZMQ--> kvcache::subscriber --frames--> kvcache::decode --events--> kvcache::index
 //! file --> config::raw --> config::loader --> plugins::registry --> Arc<Scheduler>
 //! ```
 
 pub mod config;
 pub mod endpoints;
 pub mod extproc;
+pub mod kvcache;
 pub mod plugins;
 pub mod proto;
 pub mod request;

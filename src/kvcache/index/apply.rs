@@ -1,0 +1,244 @@
+//! Applying decoded events of one endpoint to the index.
+//!
+//! Request-key mode (default): a `BlockStored` is re-keyed from its
+//! `token_ids` — parent request key = the last request key mapped from
+//! `parent_block_hash` (or the model root when nil; the LoRA name replaces
+//! the topic model), request keys = chain over epp-sized full blocks with the
+//! event's extra keys realigned — and each engine hash is mapped to request
+//! keys proportionally (reference §8). Each (engine hash, tier) newly held
+//! adds one reference to its request keys; `BlockRemoved` drops it, so a key
+//! stays held while any engine block (any DP rank or group) still maps to it.
+//! An unknown parent drops the event (it cannot be chained). A store with no
+//! tokens but known hashes is a tier move. Engine-key mode indexes the
+//! hashes themselves with idempotent set semantics.
+//!
+//! Filters before keying: unsupported `kv_cache_spec_kind` (sliding window,
+//! mamba …), `block_size` 0, and spans whose tokens do not fill exactly one
+//! block per hash.
+
+use super::holder::EndpointId;
+use super::table::{AddMode, RemoveMode};
+use super::{write, KeyMode, PrefixIndex};
+use crate::kvcache::events::{BlockRemoved, BlockStored, EventBatch, EventKind, ExtraKey, KvEvent};
+use crate::kvcache::keys::align_blocks;
+
+/// What happened to one event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventOutcome {
+    /// Applied to the index.
+    Applied,
+    /// `BlockStored` whose parent hash is not mapped: cannot be chained.
+    UnknownParent,
+    /// KV-cache kind that prefix routing cannot use.
+    UnsupportedKind,
+    /// `block_size` 0.
+    InvalidBlockSize,
+    /// Token count does not match `block_size × len(block_hashes)`.
+    NonDenseSpan,
+    /// Tier move or removal of hashes never seen stored.
+    UnknownBlock,
+    /// No endpoint id left.
+    EndpointLimit,
+}
+
+impl EventOutcome {
+    /// Number of outcomes.
+    pub const COUNT: usize = 7;
+    /// All outcomes, in id order.
+    pub const ALL: [EventOutcome; 7] = [
+        EventOutcome::Applied,
+        EventOutcome::UnknownParent,
+        EventOutcome::UnsupportedKind,
+        EventOutcome::InvalidBlockSize,
+        EventOutcome::NonDenseSpan,
+        EventOutcome::UnknownBlock,
+        EventOutcome::EndpointLimit,
+    ];
+
+    /// Metric label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventOutcome::Applied => "applied",
+            EventOutcome::UnknownParent => "unknown_parent",
+            EventOutcome::UnsupportedKind => "unsupported_cache_kind",
+            EventOutcome::InvalidBlockSize => "invalid_block_size",
+            EventOutcome::NonDenseSpan => "non_dense_block_span",
+            EventOutcome::UnknownBlock => "unknown_block",
+            EventOutcome::EndpointLimit => "endpoint_limit",
+        }
+    }
+}
+
+/// Counts of one `apply` call.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ApplyStats {
+    /// `[kind][outcome]` event counts (kinds: stored, removed, cleared).
+    pub events: [[u32; EventOutcome::COUNT]; 3],
+    /// Engine blocks stored.
+    pub stored_blocks: u64,
+    /// Engine blocks removed.
+    pub removed_blocks: u64,
+}
+
+impl ApplyStats {
+    fn kind_idx(kind: EventKind) -> usize {
+        match kind {
+            EventKind::Stored => 0,
+            EventKind::Removed => 1,
+            _ => 2,
+        }
+    }
+
+    fn record(&mut self, kind: EventKind, outcome: EventOutcome) {
+        self.events[Self::kind_idx(kind)][outcome as usize] += 1;
+    }
+
+    /// Count of events of `kind` with `outcome`.
+    pub fn count(&self, kind: EventKind, outcome: EventOutcome) -> u32 {
+        self.events[Self::kind_idx(kind)][outcome as usize]
+    }
+}
+
+const SUPPORTED_KINDS: [&str; 3] = ["full_attention", "mla_attention", "sink_full_attention"];
+
+impl PrefixIndex {
+    /// Applies one batch published by `endpoint` in order. `model` is the
+    /// topic's model name (used for the root key unless an event names a LoRA).
+    pub fn apply(&self, endpoint: &str, model: &str, batch: &EventBatch) -> ApplyStats {
+        let mut stats = ApplyStats::default();
+        let rank = batch.data_parallel_rank.unwrap_or(0);
+        let done = self.with_endpoint(endpoint, |ep| {
+            for ev in &batch.events {
+                let outcome = match ev {
+                    KvEvent::BlockStored(s) => self.apply_stored(ep, rank, model, s, &mut stats),
+                    KvEvent::BlockRemoved(r) => self.apply_removed(ep, rank, r, &mut stats),
+                    KvEvent::AllBlocksCleared => {
+                        self.purge(ep);
+                        EventOutcome::Applied
+                    }
+                };
+                stats.record(ev.kind(), outcome);
+            }
+        });
+        if done.is_none() {
+            for ev in &batch.events {
+                stats.record(ev.kind(), EventOutcome::EndpointLimit);
+            }
+        }
+        stats
+    }
+
+    fn add(&self, key: u64, ep: EndpointId, tier: u8, mode: AddMode) {
+        self.add_key(key, ep, tier, mode);
+    }
+
+    fn apply_stored(&self, ep: EndpointId, rank: u32, model: &str, s: &BlockStored, stats: &mut ApplyStats) -> EventOutcome {
+        if s.kv_cache_spec_kind.as_deref().is_some_and(|k| !SUPPORTED_KINDS.contains(&k)) {
+            return EventOutcome::UnsupportedKind;
+        }
+        let tier = s.tier().id();
+        let (keyer, block_size) = match &self.config.key_mode {
+            KeyMode::Engine { .. } => {
+                for h in &s.block_hashes {
+                    self.add(*h, ep, tier, AddMode::Set);
+                }
+                stats.stored_blocks += s.block_hashes.len() as u64;
+                return EventOutcome::Applied;
+            }
+            KeyMode::Request { keyer, block_size } => (keyer, *block_size),
+        };
+        let cap = self.config.engine_map_capacity;
+        let mut map = self.engine_maps.entry((ep, rank)).or_default();
+        if s.token_ids.is_empty() && !s.block_hashes.is_empty() {
+            // Tier move (e.g. GPU -> CPU offload): resolve known hashes.
+            let mut any = false;
+            for h in &s.block_hashes {
+                let Some(keys) = map.keys(*h).cloned() else { continue };
+                if let Some(keys) = map.hold(*h, keys.as_slice(), tier, cap) {
+                    keys.as_slice().iter().for_each(|k| self.add(*k, ep, tier, AddMode::Counted));
+                }
+                any = true;
+            }
+            stats.stored_blocks += s.block_hashes.len() as u64;
+            return if any { EventOutcome::Applied } else { EventOutcome::UnknownBlock };
+        }
+        let bs = s.block_size as usize;
+        if bs == 0 {
+            return EventOutcome::InvalidBlockSize;
+        }
+        if !s.token_ids.len().is_multiple_of(bs) || s.token_ids.len() / bs != s.block_hashes.len() {
+            return EventOutcome::NonDenseSpan;
+        }
+        let parent = match s.parent_block_hash {
+            None => keyer.root(s.lora_name.as_deref().filter(|l| !l.is_empty()).unwrap_or(model)),
+            Some(p) => match map.last_request_key(p) {
+                Some(k) => k,
+                None => return EventOutcome::UnknownParent,
+            },
+        };
+        let n_req = s.token_ids.len() / block_size.max(1);
+        let extras = realign_extras(s, n_req);
+        let req = keyer.chain(parent, &s.token_ids, block_size, &extras);
+        // Engine block i -> the request keys aligned to it.
+        let mut per_engine: Vec<Vec<u64>> = vec![Vec::new(); s.block_hashes.len()];
+        for (e, r) in align_blocks(s.block_hashes.len(), req.len()) {
+            if per_engine[e].last() != Some(&req[r]) {
+                per_engine[e].push(req[r]);
+            }
+        }
+        for (h, keys) in s.block_hashes.iter().zip(&per_engine) {
+            if let Some(held) = map.hold(*h, keys, tier, cap) {
+                held.as_slice().iter().for_each(|k| self.add(*k, ep, tier, AddMode::Counted));
+            }
+        }
+        stats.stored_blocks += s.block_hashes.len() as u64;
+        EventOutcome::Applied
+    }
+
+    fn apply_removed(&self, ep: EndpointId, rank: u32, r: &BlockRemoved, stats: &mut ApplyStats) -> EventOutcome {
+        let tier = r.tier().id();
+        stats.removed_blocks += r.block_hashes.len() as u64;
+        if let KeyMode::Engine { .. } = self.config.key_mode {
+            for h in &r.block_hashes {
+                write(&self.shard(*h).table).remove(*h, ep, tier, RemoveMode::Force);
+            }
+            return EventOutcome::Applied;
+        }
+        let Some(mut map) = self.engine_maps.get_mut(&(ep, rank)) else { return EventOutcome::UnknownBlock };
+        let mut any = false;
+        for h in &r.block_hashes {
+            if let Some(keys) = map.release(*h, tier) {
+                any = true;
+                for k in keys.as_slice() {
+                    write(&self.shard(*k).table).remove(*k, ep, tier, RemoveMode::Release);
+                }
+            }
+        }
+        if any { EventOutcome::Applied } else { EventOutcome::UnknownBlock }
+    }
+}
+
+/// Extra identifiers per request block: bare strings other than the LoRA
+/// name (LoRA is already in the root; llm-d-router #2927) and MM identifiers,
+/// moved from engine block i to request block ⌊i·n_req/n_eng⌋.
+fn realign_extras(s: &BlockStored, n_req: usize) -> Vec<Vec<&str>> {
+    let n_eng = s.block_hashes.len();
+    if s.extra_keys.iter().all(Option::is_none) || n_req == 0 || n_eng == 0 {
+        return Vec::new();
+    }
+    let mut out = vec![Vec::new(); n_req];
+    for (i, keys) in s.extra_keys.iter().enumerate().take(n_eng) {
+        let j = i * n_req / n_eng;
+        for k in keys.iter().flatten() {
+            let id = match k {
+                ExtraKey::Str(x) if Some(x.as_str()) != s.lora_name.as_deref() => x.as_str(),
+                ExtraKey::Mm { identifier, .. } => identifier.as_str(),
+                _ => continue,
+            };
+            if !out[j].contains(&id) {
+                out[j].push(id);
+            }
+        }
+    }
+    out
+}

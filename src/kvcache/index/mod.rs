@@ -1,0 +1,373 @@
+//! Sharded prefix index: request key -> set of (endpoint, tier).
+//!
+//! Read API (`lookup`) and the primitives used by [`apply`]. Layout:
+//! `shards` power-of-two tables (see [`table`]) each behind its own
+//! `RwLock`; a key picks its shard from a mix of its bits. A lookup takes one
+//! short read lock per key and never waits for a whole write batch; writers
+//! (one per endpoint, ordered by the subscriber's worker shards) take one
+//! short write lock per key. There is no global lock on either path: the
+//! endpoint registry lock is read-mostly and written only when an endpoint
+//! is added or removed.
+//!
+//! Memory: a key costs one 16-byte bucket at 40-80 % load and holds up to two
+//! endpoints inline (4 bytes each); see `docs/kvcache.md` for measurements.
+//! Capacity is bounded per shard with random eviction.
+
+mod apply;
+mod engine_map;
+pub mod holder;
+mod registry;
+mod slab;
+mod table;
+
+pub use apply::{ApplyStats, EventOutcome};
+pub use table::{AddMode, RemoveMode};
+
+use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard};
+
+use dashmap::DashMap;
+
+use self::engine_map::EngineMap;
+use self::holder::EndpointId;
+use self::registry::Registry;
+use self::table::Table;
+use super::events::Tier;
+use super::hashing::VllmHasher;
+use super::keys::RequestKeyer;
+
+/// How index keys are derived from events.
+#[derive(Debug, Clone)]
+pub enum KeyMode {
+    /// epp's own request keys computed from each event's `token_ids`
+    /// (llm-d's current design); engine hashes are only mapped.
+    Request {
+        /// Key algorithm and seed.
+        keyer: RequestKeyer,
+        /// epp block size in tokens.
+        block_size: usize,
+    },
+    /// The engine's hashes are the keys (vLLM's algorithm, seed and block size
+    /// must be reproduced on the request side with [`VllmHasher`]).
+    Engine {
+        /// The request-side hasher matching vLLM's settings, when configured.
+        hasher: Option<VllmHasher>,
+        /// vLLM's block size in tokens.
+        block_size: usize,
+    },
+}
+
+/// Score weight per tier (llm-d `kvCacheBackendConfigs`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TierWeights(pub [f64; Tier::COUNT]);
+
+impl Default for TierWeights {
+    /// gpu 1.0, cpu 0.8; tiers llm-d does not name weigh 1.0.
+    fn default() -> Self {
+        TierWeights([1.0, 0.8, 1.0, 1.0])
+    }
+}
+
+impl TierWeights {
+    /// Weight of a tier.
+    pub fn of(&self, tier: Tier) -> f64 {
+        self.0[usize::from(tier.id())]
+    }
+}
+
+/// Index parameters.
+#[derive(Debug, Clone)]
+pub struct IndexConfig {
+    /// Key derivation.
+    pub key_mode: KeyMode,
+    /// Maximum keys held (across shards); beyond it keys are evicted.
+    pub capacity: usize,
+    /// Number of shards (rounded up to a power of two).
+    pub shards: usize,
+    /// Tier weights for scoring.
+    pub tier_weights: TierWeights,
+    /// Maximum engine-hash mappings per source (request-key mode).
+    pub engine_map_capacity: usize,
+}
+
+impl Default for IndexConfig {
+    fn default() -> Self {
+        IndexConfig {
+            key_mode: KeyMode::Request { keyer: RequestKeyer::default(), block_size: 16 },
+            capacity: 16 << 20,
+            shards: 64,
+            tier_weights: TierWeights::default(),
+            engine_map_capacity: 4 << 20,
+        }
+    }
+}
+
+/// One endpoint's match for a lookup.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EndpointMatch {
+    /// Endpoint name.
+    pub endpoint: Arc<str>,
+    /// Longest run of consecutive keys from the first held (any tier).
+    pub blocks: usize,
+    /// Sum over that run of the best tier weight per block.
+    pub weighted: f64,
+}
+
+/// How many keys ahead a lookup prefetches.
+const PREFETCH_AHEAD: usize = 16;
+
+/// One lock shard plus a lock-free prefetch hint (bucket address and shift,
+/// refreshed by writers after each insert). The hint may be stale or torn
+/// during a resize; it is only used as a prefetch address, never dereferenced.
+#[derive(Debug)]
+struct Shard {
+    table: RwLock<Table>,
+    hint_ptr: AtomicPtr<[u64; 2]>,
+    hint_shift: AtomicU32,
+}
+
+impl Shard {
+    fn new(t: Table) -> Self {
+        let (p, shift) = t.prefetch_hint();
+        Shard { table: RwLock::new(t), hint_ptr: AtomicPtr::new(p.cast_mut()), hint_shift: AtomicU32::new(shift) }
+    }
+
+    fn refresh_hint(&self, t: &Table) {
+        let (p, shift) = t.prefetch_hint();
+        if self.hint_ptr.load(Ordering::Relaxed).cast_const() != p {
+            self.hint_ptr.store(p.cast_mut(), Ordering::Relaxed);
+            self.hint_shift.store(shift, Ordering::Relaxed);
+        }
+    }
+
+    fn prefetch(&self, key: u64) {
+        let base = self.hint_ptr.load(Ordering::Relaxed);
+        let at = base.wrapping_add(table::home_of(key, self.hint_shift.load(Ordering::Relaxed)));
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: PREFETCHT0 is a hint: it never faults and does not access
+        // memory architecturally, so a stale or out-of-range address is harmless.
+        #[allow(unused_unsafe)]
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(at.cast::<i8>().cast_const());
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = at;
+    }
+}
+
+/// The prefix index. `Send + Sync`; share as `Arc<PrefixIndex>`.
+#[derive(Debug)]
+pub struct PrefixIndex {
+    shards: Box<[Shard]>,
+    shard_shift: u32,
+    registry: RwLock<Registry>,
+    engine_maps: DashMap<(EndpointId, u32), EngineMap>,
+    config: IndexConfig,
+}
+
+fn read<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn write<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl PrefixIndex {
+    /// An empty index.
+    pub fn new(config: IndexConfig) -> Self {
+        let n = config.shards.clamp(1, 1 << 16).next_power_of_two();
+        let per_shard = config.capacity.div_ceil(n).max(1);
+        let shards = (0..n).map(|i| Shard::new(Table::new(per_shard, 0x9E37_79B9 ^ (i as u64 + 1)))).collect();
+        PrefixIndex {
+            shards,
+            shard_shift: 64 - n.trailing_zeros(),
+            registry: RwLock::new(Registry::default()),
+            engine_maps: DashMap::new(),
+            config,
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &IndexConfig {
+        &self.config
+    }
+
+    fn shard(&self, key: u64) -> &Shard {
+        if self.shard_shift >= 64 {
+            return &self.shards[0];
+        }
+        // Independent of the in-table position (which uses the top bits of another product).
+        let x = (key ^ (key >> 31)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        &self.shards[(x >> self.shard_shift) as usize]
+    }
+
+    /// Adds one holder, keeping the shard's prefetch hint current.
+    fn add_key(&self, key: u64, ep: EndpointId, tier: u8, mode: AddMode) {
+        let s = self.shard(key);
+        let mut t = write(&s.table);
+        t.add(key, ep, tier, mode);
+        s.refresh_hint(&t);
+    }
+
+    /// Adds `(endpoint, tier)` to each key (the bench and engine-key paths).
+    pub fn store_keys(&self, endpoint: &str, tier: Tier, keys: &[u64], mode: AddMode) {
+        self.with_endpoint(endpoint, |ep| {
+            for k in keys {
+                self.add_key(*k, ep, tier.id(), mode);
+            }
+        });
+    }
+
+    /// Removes `(endpoint, tier)` from each key.
+    pub fn remove_keys(&self, endpoint: &str, tier: Tier, keys: &[u64], mode: RemoveMode) {
+        let reg = read(&self.registry);
+        let Some(ep) = reg.id(endpoint) else { return };
+        for k in keys {
+            write(&self.shard(*k).table).remove(*k, ep, tier.id(), mode);
+        }
+    }
+
+    /// Runs `f` with the endpoint's id while holding the registry read lock,
+    /// so a concurrent `remove_endpoint` cannot recycle the id under `f`.
+    /// Returns `None` when the endpoint table is full.
+    fn with_endpoint<R>(&self, endpoint: &str, f: impl FnOnce(EndpointId) -> R) -> Option<R> {
+        loop {
+            {
+                let reg = read(&self.registry);
+                if let Some(id) = reg.id(endpoint) {
+                    return Some(f(id));
+                }
+            }
+            write(&self.registry).intern(endpoint)?;
+        }
+    }
+
+    /// Forgets every entry of `endpoint` (all tiers) and its engine maps,
+    /// keeping the endpoint registered (`AllBlocksCleared`, restarts, gaps).
+    pub fn clear_endpoint(&self, endpoint: &str) -> usize {
+        self.with_endpoint(endpoint, |ep| self.purge(ep)).unwrap_or(0)
+    }
+
+    fn purge(&self, ep: EndpointId) -> usize {
+        self.engine_maps.retain(|(e, _), _| *e != ep);
+        self.shards.iter().map(|s| write(&s.table).remove_endpoint(ep)).sum()
+    }
+
+    /// Removes `endpoint` entirely (it left the pool); its id is reused later.
+    pub fn remove_endpoint(&self, endpoint: &str) -> usize {
+        // Retiring under the write lock waits for in-flight batches of this
+        // endpoint; later batches intern a fresh id, so purging can run unlocked.
+        let Some(id) = write(&self.registry).retire(endpoint) else { return 0 };
+        let n = self.purge(id);
+        write(&self.registry).release(id);
+        n
+    }
+
+    /// Per endpoint, the longest run of consecutive `keys` held from the first,
+    /// with the tier-weighted score. Endpoints with no match are omitted.
+    pub fn lookup(&self, keys: &[u64]) -> Vec<EndpointMatch> {
+        struct Run {
+            ep: EndpointId,
+            blocks: usize,
+            weighted: f64,
+            /// Best tier weight at the current block, -1 when absent.
+            best: f64,
+        }
+        let mut runs: Vec<Run> = Vec::new();
+        // Endpoint id -> 1 + index in `runs` (0 = not a candidate); ids are
+        // dense, so this stays small and makes each holder O(1).
+        let mut slot: Vec<u32> = Vec::new();
+        let w = &self.config.tier_weights;
+        // Start the memory loads of the first keys early: bucket misses then
+        // overlap instead of being serialised by each lock's atomic op.
+        for k in keys.iter().take(PREFETCH_AHEAD) {
+            self.shard(*k).prefetch(*k);
+        }
+        for (i, key) in keys.iter().enumerate() {
+            if let Some(ahead) = keys.get(i + PREFETCH_AHEAD) {
+                self.shard(*ahead).prefetch(*ahead);
+            }
+            let shard = read(&self.shard(*key).table);
+            shard.for_each_holder(*key, |h| {
+                let ep = holder::endpoint(h);
+                let weight = w.of(Tier::from_id(holder::tier(h)));
+                let e = usize::from(ep);
+                if e >= slot.len() {
+                    if i > 0 {
+                        return;
+                    }
+                    slot.resize(e + 1, 0);
+                }
+                match slot[e] {
+                    0 if i == 0 => {
+                        runs.push(Run { ep, blocks: 0, weighted: 0.0, best: weight });
+                        slot[e] = runs.len() as u32;
+                    }
+                    0 => {}
+                    s => {
+                        let r = &mut runs[s as usize - 1];
+                        r.best = r.best.max(weight);
+                    }
+                }
+            });
+            drop(shard);
+            let mut alive = 0;
+            for r in &mut runs {
+                // Alive at block i iff it matched every earlier block.
+                if r.best >= 0.0 && r.blocks == i {
+                    r.blocks += 1;
+                    r.weighted += r.best;
+                    alive += 1;
+                }
+                r.best = -1.0;
+            }
+            if alive == 0 {
+                break;
+            }
+        }
+        let reg = read(&self.registry);
+        runs.into_iter()
+            .filter(|r| r.blocks > 0)
+            .filter_map(|r| reg.name(r.ep).map(|n| EndpointMatch { endpoint: n.clone(), blocks: r.blocks, weighted: r.weighted }))
+            .collect()
+    }
+
+    /// Number of `(key, endpoint, tier)` entries.
+    pub fn entries(&self) -> usize {
+        self.shards.iter().map(|s| read(&s.table).entries()).sum()
+    }
+
+    /// Number of distinct keys.
+    pub fn keys(&self) -> usize {
+        self.shards.iter().map(|s| read(&s.table).keys()).sum()
+    }
+
+    /// Keys evicted for capacity so far.
+    pub fn evictions(&self) -> u64 {
+        self.shards.iter().map(|s| read(&s.table).evictions()).sum()
+    }
+
+    /// Approximate heap bytes of the key tables.
+    pub fn table_bytes(&self) -> usize {
+        self.shards.iter().map(|s| read(&s.table).bytes()).sum()
+    }
+
+    /// Approximate heap bytes including engine maps.
+    pub fn approx_bytes(&self) -> usize {
+        self.table_bytes() + self.engine_maps.iter().map(|m| m.bytes()).sum::<usize>()
+    }
+
+    /// Engine-hash mappings held (request-key mode).
+    pub fn engine_mappings(&self) -> usize {
+        self.engine_maps.iter().map(|m| m.len()).sum()
+    }
+
+    /// Registered endpoints.
+    pub fn endpoints(&self) -> usize {
+        read(&self.registry).len()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,399 @@
+//! One shard's key table: open addressing with linear probing.
+//!
+//! Buckets are `(key, slot)` pairs of two `u64` (16 bytes, four per cache
+//! line), key `0` marks an empty bucket (a real key 0 lives in a side slot).
+//! Deletion uses backward shifting, so there are no tombstones and probe
+//! lengths stay short at the 80 % maximum load. A slot holds up to two
+//! [`holder`]s inline; keys with more holders keep them in a slab list the
+//! slot points to. When
+//! the shard reaches its key budget, a pseudo-random key is evicted (random
+//! eviction needs no per-key recency state, which is what keeps the entry
+//! small). Not thread-safe: the index wraps each table in a lock.
+
+use super::holder::{self, EndpointId, OVERFLOW};
+use super::slab::Slab;
+
+const MIN_BUCKETS: usize = 64;
+
+/// Home bucket of `key` in a table of `2^(64 - shift)` buckets.
+pub fn home_of(key: u64, shift: u32) -> usize {
+    (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> shift) as usize
+}
+
+/// Whether a store counts as a new reference.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AddMode {
+    /// Increment the refcount when the holder exists (a new source holds it).
+    Counted,
+    /// Idempotent upsert: existing holders are left as they are.
+    Set,
+}
+
+/// Whether a removal honours refcounts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RemoveMode {
+    /// Drop one reference; the holder goes at zero.
+    Release,
+    /// Drop the holder whatever its refcount.
+    Force,
+}
+
+/// A shard's table. See the module doc.
+#[derive(Debug)]
+pub struct Table {
+    buckets: Vec<[u64; 2]>,
+    shift: u32,
+    keys: usize,
+    entries: usize,
+    zero: u64,
+    slab: Slab,
+    max_keys: usize,
+    rng: u64,
+    evictions: u64,
+}
+
+impl Table {
+    /// A table holding at most `max_keys` keys (at least one).
+    pub fn new(max_keys: usize, seed: u64) -> Self {
+        Table {
+            buckets: vec![[0, 0]; MIN_BUCKETS],
+            shift: 64 - MIN_BUCKETS.trailing_zeros(),
+            keys: 0,
+            entries: 0,
+            zero: 0,
+            slab: Slab::default(),
+            max_keys: max_keys.max(1),
+            rng: seed | 1,
+            evictions: 0,
+        }
+    }
+
+    /// Number of keys.
+    pub fn keys(&self) -> usize {
+        self.keys
+    }
+
+    /// Number of `(key, endpoint, tier)` holders.
+    pub fn entries(&self) -> usize {
+        self.entries
+    }
+
+    /// Keys evicted for capacity so far.
+    pub fn evictions(&self) -> u64 {
+        self.evictions
+    }
+
+    /// Approximate heap bytes.
+    pub fn bytes(&self) -> usize {
+        self.buckets.capacity() * 16 + self.slab.bytes()
+    }
+
+    fn home(&self, key: u64) -> usize {
+        home_of(key, self.shift)
+    }
+
+    /// Bucket array address and shift, for lock-free prefetch hints only.
+    pub fn prefetch_hint(&self) -> (*const [u64; 2], u32) {
+        (self.buckets.as_ptr(), self.shift)
+    }
+
+    fn mask(&self) -> usize {
+        self.buckets.len() - 1
+    }
+
+    fn find(&self, key: u64) -> Option<usize> {
+        let mask = self.mask();
+        let mut i = self.home(key);
+        loop {
+            let k = self.buckets[i][0];
+            if k == key {
+                return Some(i);
+            }
+            if k == 0 {
+                return None;
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// Calls `f` with each holder of `key`; returns false when the key is absent.
+    pub fn for_each_holder(&self, key: u64, mut f: impl FnMut(u32)) -> bool {
+        let slot = if key == 0 {
+            self.zero
+        } else {
+            match self.find(key) {
+                Some(i) => self.buckets[i][1],
+                None => 0,
+            }
+        };
+        if slot == 0 {
+            return false;
+        }
+        let (lo, hi) = holder::split(slot);
+        if lo == OVERFLOW {
+            self.slab.get(hi).iter().for_each(|h| f(*h));
+        } else {
+            f(lo);
+            if hi != 0 {
+                f(hi);
+            }
+        }
+        true
+    }
+
+    /// Adds holder `(ep, tier)` to `key`. Returns true when a new holder was created.
+    pub fn add(&mut self, key: u64, ep: EndpointId, tier: u8, mode: AddMode) -> bool {
+        let h = holder::pack(ep, tier);
+        if key == 0 {
+            let mut slot = self.zero;
+            let added = Self::add_to_slot(&mut self.slab, &mut slot, h, mode);
+            if self.zero == 0 {
+                self.keys += 1;
+            }
+            self.zero = slot;
+            self.entries += usize::from(added);
+            return added;
+        }
+        if let Some(i) = self.find(key) {
+            let mut slot = self.buckets[i][1];
+            let added = Self::add_to_slot(&mut self.slab, &mut slot, h, mode);
+            self.buckets[i][1] = slot;
+            self.entries += usize::from(added);
+            return added;
+        }
+        if self.keys >= self.max_keys {
+            self.evict_one();
+        }
+        if (self.keys + 1) * 5 > self.buckets.len() * 4 {
+            self.grow();
+        }
+        let mask = self.mask();
+        let mut i = self.home(key);
+        while self.buckets[i][0] != 0 {
+            i = (i + 1) & mask;
+        }
+        self.buckets[i] = [key, u64::from(h)];
+        self.keys += 1;
+        self.entries += 1;
+        true
+    }
+
+    fn add_to_slot(slab: &mut Slab, slot: &mut u64, h: u32, mode: AddMode) -> bool {
+        let bump = |x: u32| if mode == AddMode::Counted { holder::incremented(x) } else { x };
+        let (lo, hi) = holder::split(*slot);
+        if lo == OVERFLOW {
+            let list = slab.get_mut(hi);
+            if let Some(x) = list.iter_mut().find(|x| holder::identity(**x) == holder::identity(h)) {
+                *x = bump(*x);
+                return false;
+            }
+            list.push(h);
+            return true;
+        }
+        if lo == 0 {
+            *slot = u64::from(h);
+            return true;
+        }
+        if holder::identity(lo) == holder::identity(h) {
+            *slot = holder::join(bump(lo), hi);
+            return false;
+        }
+        if hi != 0 && holder::identity(hi) == holder::identity(h) {
+            *slot = holder::join(lo, bump(hi));
+            return false;
+        }
+        if hi == 0 {
+            *slot = holder::join(lo, h);
+        } else {
+            *slot = holder::join(OVERFLOW, slab.alloc(vec![lo, hi, h]));
+        }
+        true
+    }
+
+    /// Removes holder `(ep, tier)` from `key`. Returns true when the holder went away.
+    pub fn remove(&mut self, key: u64, ep: EndpointId, tier: u8, mode: RemoveMode) -> bool {
+        let id = holder::identity(holder::pack(ep, tier));
+        self.remove_where(key, |h| holder::identity(h) == id, mode) > 0
+    }
+
+    /// Removes the holders of `key` matching `pred`; returns how many went.
+    fn remove_where(&mut self, key: u64, pred: impl Fn(u32) -> bool, mode: RemoveMode) -> usize {
+        let idx = if key == 0 { None } else { self.find(key) };
+        let mut slot = match (key, idx) {
+            (0, _) => self.zero,
+            (_, Some(i)) => self.buckets[i][1],
+            _ => return 0,
+        };
+        if slot == 0 {
+            return 0;
+        }
+        let removed = Self::remove_from_slot(&mut self.slab, &mut slot, pred, mode);
+        self.entries -= removed;
+        if slot == 0 {
+            self.keys -= 1;
+        }
+        match idx {
+            None => self.zero = slot,
+            Some(i) if slot == 0 => self.delete_at(i),
+            Some(i) => self.buckets[i][1] = slot,
+        }
+        removed
+    }
+
+    fn remove_from_slot(slab: &mut Slab, slot: &mut u64, pred: impl Fn(u32) -> bool, mode: RemoveMode) -> usize {
+        let drop_one = |h: u32| if mode == RemoveMode::Release { holder::decremented(h) } else { None };
+        let (lo, hi) = holder::split(*slot);
+        if lo != OVERFLOW {
+            // Inline fast path: no allocation.
+            let (mut kept, mut n, mut removed) = ([0u32; 2], 0, 0);
+            for h in [lo, hi].into_iter().filter(|h| *h != 0) {
+                match if pred(h) { drop_one(h) } else { Some(h) } {
+                    Some(x) => {
+                        kept[n] = x;
+                        n += 1;
+                    }
+                    None => removed += 1,
+                }
+            }
+            *slot = holder::join(kept[0], kept[1]);
+            return removed;
+        }
+        let mut list = slab.free(hi);
+        let before = list.len();
+        list = list.into_iter().filter_map(|h| if pred(h) { drop_one(h) } else { Some(h) }).collect();
+        let removed = before - list.len();
+        *slot = match list.as_slice() {
+            [] => 0,
+            [a] => u64::from(*a),
+            [a, b] => holder::join(*a, *b),
+            _ => holder::join(OVERFLOW, slab.alloc(list)),
+        };
+        removed
+    }
+
+    /// Backward-shift deletion of bucket `i`.
+    fn delete_at(&mut self, mut i: usize) {
+        let mask = self.mask();
+        let mut j = (i + 1) & mask;
+        loop {
+            let k = self.buckets[j][0];
+            if k == 0 {
+                break;
+            }
+            let h = self.home(k);
+            // Move j into the hole unless its home lies cyclically in (i, j].
+            let stays = if i <= j { i < h && h <= j } else { i < h || h <= j };
+            if !stays {
+                self.buckets[i] = self.buckets[j];
+                i = j;
+            }
+            j = (j + 1) & mask;
+        }
+        self.buckets[i] = [0, 0];
+    }
+
+    fn grow(&mut self) {
+        let doubled = vec![[0, 0]; self.buckets.len() * 2];
+        let old = std::mem::replace(&mut self.buckets, doubled);
+        self.shift -= 1;
+        let mask = self.mask();
+        for [k, s] in old.into_iter().filter(|b| b[0] != 0) {
+            let mut i = self.home(k);
+            while self.buckets[i][0] != 0 {
+                i = (i + 1) & mask;
+            }
+            self.buckets[i] = [k, s];
+        }
+    }
+
+    fn evict_one(&mut self) {
+        // xorshift64: cheap, deterministic per shard.
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        let mask = self.mask();
+        let mut i = (self.rng as usize) & mask;
+        for _ in 0..self.buckets.len() {
+            let k = self.buckets[i][0];
+            if k != 0 {
+                if self.remove_where(k, |_| true, RemoveMode::Force) > 0 {
+                    self.evictions += 1;
+                }
+                return;
+            }
+            i = (i + 1) & mask;
+        }
+        if self.zero != 0 && self.remove_where(0, |_| true, RemoveMode::Force) > 0 {
+            self.evictions += 1;
+        }
+    }
+
+    /// Removes every holder of endpoint `ep`; returns how many went.
+    pub fn remove_endpoint(&mut self, ep: EndpointId) -> usize {
+        let mut removed = self.remove_where(0, |h| holder::endpoint(h) == ep, RemoveMode::Force);
+        let mut i = 0;
+        while i < self.buckets.len() {
+            let [k, slot] = self.buckets[i];
+            let (lo, hi) = holder::split(slot);
+            let has = k != 0
+                && (lo == OVERFLOW || holder::endpoint(lo) == ep || (hi != 0 && holder::endpoint(hi) == ep));
+            if has {
+                removed += self.remove_where(k, |h| holder::endpoint(h) == ep, RemoveMode::Force);
+                // A delete shifted a later bucket into i: look at i again.
+                if self.buckets[i][0] != k {
+                    continue;
+                }
+            }
+            i += 1;
+        }
+        removed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn add_remove_overflow_and_refs() {
+        let mut t = Table::new(1000, 7);
+        for ep in 0..5 {
+            assert!(t.add(42, ep, 0, AddMode::Counted));
+        }
+        assert!(!t.add(42, 1, 0, AddMode::Counted));
+        assert_eq!((t.keys(), t.entries()), (1, 5));
+        assert!(!t.remove(42, 1, 0, RemoveMode::Release));
+        assert!(t.remove(42, 1, 0, RemoveMode::Release));
+        for ep in [0, 2, 3] {
+            assert!(t.remove(42, ep, 0, RemoveMode::Force));
+        }
+        let mut seen = Vec::new();
+        assert!(t.for_each_holder(42, |h| seen.push(holder::endpoint(h))));
+        assert_eq!(seen, [4]);
+        assert!(t.remove(42, 4, 0, RemoveMode::Force));
+        assert!(!t.for_each_holder(42, |_| ()));
+        assert_eq!((t.keys(), t.entries()), (0, 0));
+        assert_eq!(t.slab.live(), 0);
+    }
+
+    #[test]
+    fn capacity_evicts_and_endpoint_removal_compacts() {
+        let mut t = Table::new(100, 3);
+        for k in 0..1000u64 {
+            t.add(k.wrapping_mul(0x1234_5678_9abc_def1), (k % 3) as u16, 0, AddMode::Set);
+        }
+        assert_eq!(t.keys(), 100);
+        assert_eq!(t.evictions(), 900);
+        let before = t.entries();
+        let gone = t.remove_endpoint(1);
+        assert_eq!(t.entries(), before - gone);
+        let mut live = 0;
+        for k in 0..1000u64 {
+            t.for_each_holder(k.wrapping_mul(0x1234_5678_9abc_def1), |h| {
+                assert_ne!(holder::endpoint(h), 1);
+                live += 1;
+            });
+        }
+        assert_eq!(live, t.entries());
+    }
+}

@@ -1,0 +1,207 @@
+//! Index tests: worked examples, vectors, and a naive model under random ops.
+
+use std::collections::{BTreeMap, HashMap};
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::kvcache::decode::decode_batch;
+use crate::kvcache::keys::{request_keys, RequestKeyer};
+
+fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex")).collect()
+}
+
+fn request_index(block_size: usize) -> PrefixIndex {
+    PrefixIndex::new(IndexConfig { key_mode: KeyMode::Request { keyer: RequestKeyer::default(), block_size }, ..IndexConfig::default() })
+}
+
+fn engine_index() -> PrefixIndex {
+    PrefixIndex::new(IndexConfig { key_mode: KeyMode::Engine { hasher: None, block_size: 16 }, capacity: 1 << 20, shards: 8, ..IndexConfig::default() })
+}
+
+#[test]
+fn llmd_worked_example_store_then_bytes_removal() {
+    let idx = request_index(4);
+    let stored = decode_batch(&unhex("93cb41d954fc402000009199ab426c6f636b53746f726564921112c098010203040506070804c0a3475055c0c000")).expect("vector");
+    let st = idx.apply("10.0.0.5:8000", "Qwen/Qwen3-0.6B", &stored);
+    assert_eq!(st.count(EventKind::Stored, EventOutcome::Applied), 1);
+    let keys = [12477849404512668933, 14303407131179071413];
+    assert_eq!(request_keys("Qwen/Qwen3-0.6B", None, &(1..=8).collect::<Vec<_>>(), 4), keys);
+    let m = idx.lookup(&keys);
+    assert_eq!(m.len(), 1);
+    assert_eq!((&*m[0].endpoint, m[0].blocks, m[0].weighted), ("10.0.0.5:8000", 2, 2.0));
+    let mut p = unhex("92cb41d954fc402000009193ac426c6f636b52656d6f76656491c420");
+    p.extend([0u8; 31]);
+    p.extend(unhex("11a3475055"));
+    idx.apply("10.0.0.5:8000", "Qwen/Qwen3-0.6B", &decode_batch(&p).expect("removal"));
+    assert!(idx.lookup(&keys).is_empty(), "first block gone -> no prefix");
+    assert_eq!(idx.lookup(&keys[1..])[0].blocks, 1);
+}
+
+fn fixture(name: &str) -> EventBatch {
+    let p = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/kv_events/events").join(name);
+    decode_batch(&std::fs::read(p).expect("fixture")).expect("decodes")
+}
+
+fn tokens_of(b: &EventBatch) -> Vec<u32> {
+    b.events.iter().filter_map(|e| if let KvEvent::BlockStored(s) = e { Some(s.token_ids.clone()) } else { None }).flatten().collect()
+}
+
+#[test]
+fn vllm_prefill_then_decode_chain_and_lora_root() {
+    let idx = request_index(16);
+    let (a, b) = (fixture("01_stored_prefill_u64.bin"), fixture("02_stored_decode_parent_u64.bin"));
+    idx.apply("pod-a", "m", &a);
+    assert_eq!(idx.apply("pod-a", "m", &b).count(EventKind::Stored, EventOutcome::Applied), 1);
+    let mut toks = tokens_of(&a);
+    toks.extend(tokens_of(&b));
+    let m = idx.lookup(&request_keys("m", None, &toks, 16));
+    assert_eq!(m[0].blocks, 4);
+    // Joining mid-stream: the decode event's parent is unknown.
+    let fresh = request_index(16);
+    assert_eq!(fresh.apply("pod-a", "m", &b).count(EventKind::Stored, EventOutcome::UnknownParent), 1);
+    // LoRA events are rooted at the adapter name, not the topic model.
+    let lora = fixture("03_stored_lora_u64.bin");
+    idx.apply("pod-b", "base", &lora);
+    assert_eq!(idx.lookup(&request_keys("sql-lora", None, &tokens_of(&lora), 16))[0].blocks, 2);
+    assert!(idx.lookup(&request_keys("base", None, &tokens_of(&lora), 16)).is_empty());
+}
+
+#[test]
+fn engine_and_request_block_sizes_may_differ() {
+    let a = fixture("01_stored_prefill_u64.bin"); // 3 engine blocks of 16
+    let idx = request_index(8);
+    idx.apply("pod-a", "m", &a);
+    let keys = request_keys("m", None, &tokens_of(&a), 8);
+    assert_eq!(keys.len(), 6);
+    assert_eq!(idx.lookup(&keys)[0].blocks, 6);
+    // Removing engine block 2 releases request keys 4 and 5 only.
+    let rm = EventBatch { events: vec![KvEvent::BlockRemoved(BlockRemovedEv { block_hashes: vec![12222157334376113544], medium: None, group_idx: None })], ..EventBatch::default() };
+    idx.apply("pod-a", "m", &rm);
+    assert_eq!(idx.lookup(&keys)[0].blocks, 4);
+    assert_eq!(idx.entries(), 4);
+}
+
+use crate::kvcache::events::{BlockRemoved as BlockRemovedEv, EventBatch, EventKind, KvEvent};
+
+#[test]
+fn tier_weights_and_all_blocks_cleared() {
+    let idx = engine_index();
+    idx.store_keys("a", Tier::Gpu, &[1, 2, 3], AddMode::Set);
+    idx.store_keys("b", Tier::Cpu, &[1, 2], AddMode::Set);
+    idx.store_keys("b", Tier::Gpu, &[1], AddMode::Set);
+    let m: BTreeMap<_, _> = idx.lookup(&[1, 2, 3, 4]).into_iter().map(|m| (m.endpoint.to_string(), (m.blocks, m.weighted))).collect();
+    assert_eq!(m["a"], (3, 3.0));
+    assert_eq!(m["b"], (2, 1.8));
+    idx.apply("a", "", &EventBatch { events: vec![KvEvent::AllBlocksCleared], ..EventBatch::default() });
+    assert_eq!(idx.lookup(&[1]).len(), 1);
+    assert_eq!(idx.remove_endpoint("b"), 3);
+    assert!(idx.lookup(&[1]).is_empty());
+    assert_eq!(idx.entries(), 0);
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Store(u8, u8, Vec<u8>),
+    Remove(u8, u8, Vec<u8>),
+    Clear(u8),
+    Drop(u8),
+    Lookup(Vec<u8>),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let keys = proptest::collection::vec(0u8..24, 0..10);
+    prop_oneof![
+        6 => (0u8..4, 0u8..2, keys.clone()).prop_map(|(e, t, k)| Op::Store(e, t, k)),
+        3 => (0u8..4, 0u8..2, keys.clone()).prop_map(|(e, t, k)| Op::Remove(e, t, k)),
+        1 => (0u8..4).prop_map(Op::Clear),
+        1 => (0u8..4).prop_map(Op::Drop),
+        4 => keys.prop_map(Op::Lookup),
+    ]
+}
+
+/// Naive model: (endpoint, key) -> tier -> refcount.
+type Model = HashMap<(u8, u64), BTreeMap<u8, u32>>;
+
+fn model_lookup(m: &Model, keys: &[u64]) -> BTreeMap<String, (usize, f64)> {
+    let w = TierWeights::default();
+    let mut out = BTreeMap::new();
+    for ep in 0..4u8 {
+        let (mut n, mut s) = (0, 0.0);
+        for k in keys {
+            match m.get(&(ep, *k)).filter(|t| !t.is_empty()) {
+                Some(t) => {
+                    n += 1;
+                    s += t.keys().map(|t| w.of(Tier::from_id(*t))).fold(0.0, f64::max);
+                }
+                None => break,
+            }
+        }
+        if n > 0 {
+            out.insert(format!("ep{ep}"), (n, s));
+        }
+    }
+    out
+}
+
+fn run_ops(ops: Vec<Op>, mode: AddMode) -> Result<(), TestCaseError> {
+    let idx = engine_index();
+    let mut m: Model = HashMap::new();
+    let key = |k: u8| u64::from(k).wrapping_mul(0x9E37_79B9_7F4A_7C15); // includes key 0
+    let rm_mode = if mode == AddMode::Counted { RemoveMode::Release } else { RemoveMode::Force };
+    for op in ops {
+        match op {
+            Op::Store(e, t, ks) => {
+                let ks: Vec<u64> = ks.into_iter().map(key).collect();
+                idx.store_keys(&format!("ep{e}"), Tier::from_id(t), &ks, mode);
+                for k in ks {
+                    let c = m.entry((e, k)).or_default().entry(t).or_insert(0);
+                    *c = if mode == AddMode::Counted { *c + 1 } else { 1 };
+                }
+            }
+            Op::Remove(e, t, ks) => {
+                let ks: Vec<u64> = ks.into_iter().map(key).collect();
+                idx.remove_keys(&format!("ep{e}"), Tier::from_id(t), &ks, rm_mode);
+                for k in ks {
+                    if let Some(tiers) = m.get_mut(&(e, k))
+                        && let Some(c) = tiers.get_mut(&t)
+                    {
+                        *c = if rm_mode == RemoveMode::Release { *c - 1 } else { 0 };
+                        if *c == 0 {
+                            tiers.remove(&t);
+                        }
+                    }
+                }
+            }
+            Op::Clear(e) => {
+                idx.clear_endpoint(&format!("ep{e}"));
+                m.retain(|(ep, _), _| *ep != e);
+            }
+            Op::Drop(e) => {
+                idx.remove_endpoint(&format!("ep{e}"));
+                m.retain(|(ep, _), _| *ep != e);
+            }
+            Op::Lookup(ks) => {
+                let ks: Vec<u64> = ks.into_iter().map(key).collect();
+                let got: BTreeMap<_, _> = idx.lookup(&ks).into_iter().map(|x| (x.endpoint.to_string(), (x.blocks, x.weighted))).collect();
+                prop_assert_eq!(got, model_lookup(&m, &ks));
+            }
+        }
+        let want: usize = m.values().map(BTreeMap::len).sum();
+        prop_assert_eq!(idx.entries(), want);
+    }
+    Ok(())
+}
+
+proptest! {
+    #[test]
+    fn matches_naive_model_set_semantics(ops in proptest::collection::vec(op(), 1..80)) {
+        run_ops(ops, AddMode::Set)?;
+    }
+
+    #[test]
+    fn matches_naive_model_refcounted(ops in proptest::collection::vec(op(), 1..80)) {
+        run_ops(ops, AddMode::Counted)?;
+    }
+}

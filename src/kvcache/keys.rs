@@ -1,0 +1,219 @@
+//! epp's request keys: the index key of each full block of a prompt.
+//!
+//! Keys are computed by epp itself from token ids (llm-d's eras C/D,
+//! reference §6), both for requests and for the `token_ids` carried by
+//! `BlockStored` events, so vLLM's hash algorithm, seed and block size need
+//! not match epp's. The model (or LoRA adapter name) is folded into the root,
+//! and a `cache_salt` is appended to block 0's extras.
+//!
+//! * `cbor-fnv` (default): `init = FNV64a(seed)`, `root = FNV64a(CBOR([init,
+//!   nil, model]))`, `key = FNV64a(CBOR([parent, [tokens…], extras]))` with
+//!   extras nil or `[{"Hash": id}, …]`.
+//! * `xxh64`: `init = XXH64(seed)`, `root = XXH64(LE64(init) ‖ LE64(len) ‖
+//!   model)`, `key = XXH64(LE64(parent) ‖ LE32(t)… ‖ (LE64(len) ‖ id)…)`.
+//!
+//! Only full blocks get keys; the trailing partial block is dropped.
+//! Also holds the engine-key → request-key alignment rule used across
+//! different block sizes.
+
+use std::str::FromStr;
+
+use super::hashing::{cbor_head, cbor_int, cbor_text, CBOR_NULL};
+
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
+
+fn fnv64a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(FNV_OFFSET, |h, b| (h ^ u64::from(*b)).wrapping_mul(FNV_PRIME))
+}
+
+/// Request-key algorithm (llm-d `hashAlgorithm`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RequestKeyAlgo {
+    /// `cbor-fnv` (llm-d default, era C).
+    #[default]
+    CborFnv,
+    /// `xxh64` (era D).
+    Xxh64,
+}
+
+/// Unknown `hashAlgorithm` name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown request-key algorithm {0:?} (want cbor-fnv or xxh64)")]
+pub struct UnknownKeyAlgo(pub String);
+
+impl FromStr for RequestKeyAlgo {
+    type Err = UnknownKeyAlgo;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "" | "cbor-fnv" => Ok(RequestKeyAlgo::CborFnv),
+            "xxh64" => Ok(RequestKeyAlgo::Xxh64),
+            other => Err(UnknownKeyAlgo(other.to_owned())),
+        }
+    }
+}
+
+/// Computes request keys for one (algorithm, hash seed). Cheap to clone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestKeyer {
+    algo: RequestKeyAlgo,
+    init: u64,
+}
+
+impl Default for RequestKeyer {
+    fn default() -> Self {
+        RequestKeyer::new(RequestKeyAlgo::CborFnv, "")
+    }
+}
+
+impl RequestKeyer {
+    /// `hash_seed` is llm-d's `hashSeed` string (default `""`).
+    pub fn new(algo: RequestKeyAlgo, hash_seed: &str) -> Self {
+        let init = match algo {
+            RequestKeyAlgo::CborFnv => fnv64a(hash_seed.as_bytes()),
+            RequestKeyAlgo::Xxh64 => xxhash_rust::xxh64::xxh64(hash_seed.as_bytes(), 0),
+        };
+        RequestKeyer { algo, init }
+    }
+
+    /// The parent key of block 0 for `model` (the LoRA name when set).
+    pub fn root(&self, model: &str) -> u64 {
+        match self.algo {
+            RequestKeyAlgo::CborFnv => {
+                let mut buf = Vec::with_capacity(16 + model.len());
+                cbor_head(&mut buf, 4, 3);
+                cbor_head(&mut buf, 0, self.init);
+                buf.push(CBOR_NULL);
+                cbor_text(&mut buf, model);
+                fnv64a(&buf)
+            }
+            RequestKeyAlgo::Xxh64 => {
+                let mut buf = Vec::with_capacity(16 + model.len());
+                buf.extend_from_slice(&self.init.to_le_bytes());
+                buf.extend_from_slice(&(model.len() as u64).to_le_bytes());
+                buf.extend_from_slice(model.as_bytes());
+                xxhash_rust::xxh64::xxh64(&buf, 0)
+            }
+        }
+    }
+
+    /// Key of one block given its parent key; `buf` is scratch space.
+    pub fn block_key(&self, parent: u64, tokens: &[u32], extras: &[&str], buf: &mut Vec<u8>) -> u64 {
+        buf.clear();
+        match self.algo {
+            RequestKeyAlgo::CborFnv => {
+                cbor_head(buf, 4, 3);
+                cbor_head(buf, 0, parent);
+                cbor_head(buf, 4, tokens.len() as u64);
+                for t in tokens {
+                    cbor_int(buf, i64::from(*t));
+                }
+                if extras.is_empty() {
+                    buf.push(CBOR_NULL);
+                } else {
+                    cbor_head(buf, 4, extras.len() as u64);
+                    for id in extras {
+                        cbor_head(buf, 5, 1);
+                        cbor_text(buf, "Hash");
+                        cbor_text(buf, id);
+                    }
+                }
+                fnv64a(buf)
+            }
+            RequestKeyAlgo::Xxh64 => {
+                buf.extend_from_slice(&parent.to_le_bytes());
+                for t in tokens {
+                    buf.extend_from_slice(&t.to_le_bytes());
+                }
+                for id in extras {
+                    buf.extend_from_slice(&(id.len() as u64).to_le_bytes());
+                    buf.extend_from_slice(id.as_bytes());
+                }
+                xxhash_rust::xxh64::xxh64(buf, 0)
+            }
+        }
+    }
+
+    /// Keys of the full blocks of `tokens` chained from `parent`;
+    /// `extras[i]` are block i's extra identifiers (missing = none).
+    pub fn chain(&self, parent: u64, tokens: &[u32], block_size: usize, extras: &[Vec<&str>]) -> Vec<u64> {
+        if block_size == 0 {
+            return Vec::new();
+        }
+        let mut buf = Vec::with_capacity(16 + block_size * 5);
+        let mut out = Vec::with_capacity(tokens.len() / block_size);
+        let mut parent = parent;
+        for (i, chunk) in tokens.chunks_exact(block_size).enumerate() {
+            let ex = extras.get(i).map_or(&[][..], Vec::as_slice);
+            parent = self.block_key(parent, chunk, ex, &mut buf);
+            out.push(parent);
+        }
+        out
+    }
+
+    /// Request keys of a prompt: root from the model (or LoRA name), the cache
+    /// salt appended to block 0's extras.
+    pub fn prompt_keys(&self, model_or_lora: &str, cache_salt: Option<&str>, tokens: &[u32], block_size: usize) -> Vec<u64> {
+        let extras: Vec<Vec<&str>> = cache_salt.map(|s| vec![vec![s]]).unwrap_or_default();
+        self.chain(self.root(model_or_lora), tokens, block_size, &extras)
+    }
+}
+
+/// Request keys with the default keyer (`cbor-fnv`, hash seed `""`), as the
+/// event side computes them from `BlockStored.token_ids` for the same model.
+pub fn request_keys(model_or_lora: &str, extra: Option<&str>, tokens: &[u32], block_size: usize) -> Vec<u64> {
+    RequestKeyer::default().prompt_keys(model_or_lora, extra, tokens, block_size)
+}
+
+/// Proportional alignment of `engine` blocks to `request` blocks (reference
+/// §8): with `n = max(e, r)`, pair `(⌊i·e/n⌋, ⌊i·r/n⌋)` for `i in 0..n`.
+/// Empty when either side is empty.
+pub fn align_blocks(engine: usize, request: usize) -> impl Iterator<Item = (usize, usize)> {
+    let n = if engine == 0 || request == 0 { 0 } else { engine.max(request) };
+    (0..n).map(move |i| (i * engine / n, i * request / n))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const QWEN: &str = "Qwen/Qwen3-0.6B";
+
+    #[test]
+    fn llmd_golden_values() {
+        let granite = [8197, 438, 322, 18926, 432, 45600, 49];
+        let k = RequestKeyer::default();
+        assert_eq!(k.root("ibm-granite/granite-3.1-8b-instruct"), 2648472209273074206);
+        assert_eq!(request_keys("ibm-granite/granite-3.1-8b-instruct", None, &granite, 4), [1334984470577408192]);
+        let toks: Vec<u32> = (1..=8).collect();
+        assert_eq!(k.root(QWEN), 12449044111902447012);
+        assert_eq!(request_keys(QWEN, None, &toks, 4), [12477849404512668933, 14303407131179071413]);
+        let k42 = RequestKeyer::new(RequestKeyAlgo::CborFnv, "42");
+        assert_eq!(k42.root(QWEN), 14010089855884424915);
+        assert_eq!(k42.prompt_keys(QWEN, None, &toks, 4), [4406848051386130229, 7944303163977277727]);
+        assert_eq!(k42.prompt_keys(QWEN, Some("s1"), &toks, 4), [7408827517224164317, 11060440328183241153]);
+        let x = RequestKeyer::new(RequestKeyAlgo::Xxh64, "42");
+        assert_eq!(x.root(QWEN), 14978290342925878229);
+        assert_eq!(x.prompt_keys(QWEN, None, &toks, 4), [9416431423761570426, 16293734464712791250]);
+    }
+
+    #[test]
+    fn alignment_handles_both_directions() {
+        assert_eq!(align_blocks(4, 1).collect::<Vec<_>>(), [(0, 0), (1, 0), (2, 0), (3, 0)]);
+        assert_eq!(align_blocks(1, 4).collect::<Vec<_>>(), [(0, 0), (0, 1), (0, 2), (0, 3)]);
+        assert_eq!(align_blocks(0, 3).count(), 0);
+    }
+
+    proptest! {
+        #[test]
+        fn chain_is_deterministic_and_prefix_stable(toks in proptest::collection::vec(any::<u32>(), 0..200), cut in 0usize..200, bs in 1usize..20) {
+            let all = request_keys("m", None, &toks, bs);
+            prop_assert_eq!(&all, &request_keys("m", None, &toks, bs));
+            prop_assert_eq!(all.len(), toks.len() / bs);
+            let cut = cut.min(toks.len());
+            let prefix = request_keys("m", None, &toks[..cut], bs);
+            prop_assert_eq!(&all[..prefix.len()], &prefix[..]);
+        }
+    }
+}

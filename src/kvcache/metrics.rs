@@ -1,0 +1,187 @@
+//! Prometheus series of the KV-event path and the prefix index.
+//!
+//! One [`KvCacheMetrics`] is registered on the process registry by the
+//! integrator and shared as `Arc`; there are no global statics. Names use the
+//! `epp_kv_` prefix. Per-endpoint series (`endpoint` label) are removed with
+//! [`KvCacheMetrics::forget_endpoint`] when an endpoint leaves.
+
+use prometheus::{
+    Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+};
+
+use super::events::EventKind;
+use super::index::{ApplyStats, EndpointMatch, EventOutcome, PrefixIndex};
+
+/// Handles of every KV-cache series.
+#[derive(Debug, Clone)]
+pub struct KvCacheMetrics {
+    /// `epp_kv_events_total{kind, outcome}`.
+    pub events: IntCounterVec,
+    /// `epp_kv_blocks_total{op}` (op = stored | removed): engine blocks applied.
+    pub blocks: IntCounterVec,
+    /// `epp_kv_messages_received_total`: ZMQ messages read from sockets.
+    pub messages_received: IntCounter,
+    /// `epp_kv_malformed_messages_total`: wrong frame count or short seq frame.
+    pub malformed_messages: IntCounter,
+    /// `epp_kv_decode_errors_total`.
+    pub decode_errors: IntCounter,
+    /// `epp_kv_dropped_messages_total{reason}` (queue_full, unknown_endpoint, topic_filter).
+    pub dropped: IntCounterVec,
+    /// `epp_kv_sequence_gaps_total`.
+    pub gaps: IntCounter,
+    /// `epp_kv_restarts_total`: seq went backwards.
+    pub restarts: IntCounter,
+    /// `epp_kv_replays_total{outcome}` (complete, incomplete, failed).
+    pub replays: IntCounterVec,
+    /// `epp_kv_endpoint_clears_total{reason}` (all_blocks_cleared, restart, gap, removed).
+    pub clears: IntCounterVec,
+    /// `epp_kv_zmq_errors_total{operation}` (bind, connect, recv, replay).
+    pub zmq_errors: IntCounterVec,
+    /// `epp_kv_active_subscribers`: live SUB sockets.
+    pub active_subscribers: IntGauge,
+    /// `epp_kv_index_entries`: (block, endpoint, tier) entries.
+    pub index_entries: IntGauge,
+    /// `epp_kv_index_bytes`: approximate index heap bytes.
+    pub index_bytes: IntGauge,
+    /// `epp_kv_index_evictions`: keys evicted for capacity since start.
+    pub index_evictions: IntGauge,
+    /// `epp_kv_lookup_duration_seconds`.
+    pub lookup_latency: Histogram,
+    /// `epp_kv_lookup_blocks_total`: blocks asked for in lookups.
+    pub lookup_blocks: IntCounter,
+    /// `epp_kv_lookup_hit_blocks_total`: longest match of the best endpoint.
+    pub lookup_hit_blocks: IntCounter,
+    /// `epp_kv_prefix_hit_ratio`: best match / blocks per lookup.
+    pub prefix_hit_ratio: Histogram,
+    /// `epp_kv_drift_checks_total{endpoint}`.
+    pub drift_checks: IntCounterVec,
+    /// `epp_kv_drift_mismatches_total{endpoint, cause}`.
+    pub drift_mismatches: IntCounterVec,
+    /// `epp_kv_endpoint_block_size{endpoint}`: block size the endpoint publishes.
+    pub endpoint_block_size: IntGaugeVec,
+    /// `epp_kv_apply_duration_seconds`: time to apply one batch.
+    pub apply_latency: Histogram,
+}
+
+fn reg<C: prometheus::core::Collector + Clone + 'static>(r: &Registry, c: C) -> Result<C, prometheus::Error> {
+    r.register(Box::new(c.clone()))?;
+    Ok(c)
+}
+
+impl KvCacheMetrics {
+    /// Creates and registers every series.
+    pub fn register(r: &Registry) -> Result<Self, prometheus::Error> {
+        let counter = |n: &str, h: &str| reg(r, IntCounter::new(n, h)?);
+        let counter_vec = |n: &str, h: &str, l: &[&str]| reg(r, IntCounterVec::new(Opts::new(n, h), l)?);
+        let ratio_buckets = vec![0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0];
+        Ok(KvCacheMetrics {
+            events: counter_vec("epp_kv_events_total", "KV events by kind and outcome", &["kind", "outcome"])?,
+            blocks: counter_vec("epp_kv_blocks_total", "Engine blocks applied by operation", &["op"])?,
+            messages_received: counter("epp_kv_messages_received_total", "ZMQ messages received")?,
+            malformed_messages: counter("epp_kv_malformed_messages_total", "Messages with a bad frame layout")?,
+            decode_errors: counter("epp_kv_decode_errors_total", "Payloads that failed to decode")?,
+            dropped: counter_vec("epp_kv_dropped_messages_total", "Messages dropped before apply", &["reason"])?,
+            gaps: counter("epp_kv_sequence_gaps_total", "Sequence gaps detected")?,
+            restarts: counter("epp_kv_restarts_total", "Publisher restarts detected (seq went back)")?,
+            replays: counter_vec("epp_kv_replays_total", "Replay attempts by outcome", &["outcome"])?,
+            clears: counter_vec("epp_kv_endpoint_clears_total", "Endpoint purges by reason", &["reason"])?,
+            zmq_errors: counter_vec("epp_kv_zmq_errors_total", "ZeroMQ errors by operation", &["operation"])?,
+            active_subscribers: reg(r, IntGauge::new("epp_kv_active_subscribers", "Live SUB sockets")?)?,
+            index_entries: reg(r, IntGauge::new("epp_kv_index_entries", "(block, endpoint, tier) entries")?)?,
+            index_bytes: reg(r, IntGauge::new("epp_kv_index_bytes", "Approximate index heap bytes")?)?,
+            index_evictions: reg(r, IntGauge::new("epp_kv_index_evictions", "Keys evicted for capacity")?)?,
+            lookup_latency: reg(
+                r,
+                Histogram::with_opts(
+                    HistogramOpts::new("epp_kv_lookup_duration_seconds", "Prefix lookup latency")
+                        .buckets(prometheus::exponential_buckets(1e-6, 2.0, 16)?),
+                )?,
+            )?,
+            lookup_blocks: counter("epp_kv_lookup_blocks_total", "Blocks asked for in lookups")?,
+            lookup_hit_blocks: counter("epp_kv_lookup_hit_blocks_total", "Blocks matched by the best endpoint")?,
+            prefix_hit_ratio: reg(
+                r,
+                Histogram::with_opts(HistogramOpts::new("epp_kv_prefix_hit_ratio", "Best prefix match / blocks").buckets(ratio_buckets))?,
+            )?,
+            drift_checks: counter_vec("epp_kv_drift_checks_total", "Block hashes verified", &["endpoint"])?,
+            drift_mismatches: counter_vec("epp_kv_drift_mismatches_total", "Hash mismatches by likely cause", &["endpoint", "cause"])?,
+            endpoint_block_size: reg(
+                r,
+                IntGaugeVec::new(Opts::new("epp_kv_endpoint_block_size", "Block size the endpoint publishes"), &["endpoint"])?,
+            )?,
+            apply_latency: reg(
+                r,
+                Histogram::with_opts(
+                    HistogramOpts::new("epp_kv_apply_duration_seconds", "Time to apply one batch")
+                        .buckets(prometheus::exponential_buckets(1e-6, 4.0, 10)?),
+                )?,
+            )?,
+        })
+    }
+
+    /// Adds one batch's apply counts.
+    pub fn record_apply(&self, s: &ApplyStats) {
+        for (k, kind) in [EventKind::Stored, EventKind::Removed, EventKind::Cleared].into_iter().enumerate() {
+            for o in EventOutcome::ALL {
+                let n = s.events[k][o as usize];
+                if n > 0 {
+                    self.events.with_label_values(&[kind.as_str(), o.as_str()]).inc_by(u64::from(n));
+                }
+            }
+        }
+        self.blocks.with_label_values(&["stored"]).inc_by(s.stored_blocks);
+        self.blocks.with_label_values(&["removed"]).inc_by(s.removed_blocks);
+    }
+
+    /// Records one lookup of `asked` blocks whose best endpoint matched `best`.
+    pub fn record_lookup(&self, seconds: f64, asked: usize, best: usize) {
+        self.lookup_latency.observe(seconds);
+        self.lookup_blocks.inc_by(asked as u64);
+        self.lookup_hit_blocks.inc_by(best as u64);
+        if asked > 0 {
+            self.prefix_hit_ratio.observe(best as f64 / asked as f64);
+        }
+    }
+
+    /// `index.lookup(keys)`, recording latency, blocks and hit ratio.
+    pub fn timed_lookup(&self, index: &PrefixIndex, keys: &[u64]) -> Vec<EndpointMatch> {
+        let t0 = std::time::Instant::now();
+        let found = index.lookup(keys);
+        let best = found.iter().map(|m| m.blocks).max().unwrap_or(0);
+        self.record_lookup(t0.elapsed().as_secs_f64(), keys.len(), best);
+        found
+    }
+
+    /// Removes the per-endpoint series of `endpoint`.
+    pub fn forget_endpoint(&self, endpoint: &str) {
+        let _ = self.drift_checks.remove_label_values(&[endpoint]);
+        let _ = self.endpoint_block_size.remove_label_values(&[endpoint]);
+        for cause in ["block_size", "hash_seed", "algorithm", "unknown"] {
+            let _ = self.drift_mismatches.remove_label_values(&[endpoint, cause]);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registers_once_and_records() {
+        let r = Registry::new();
+        let m = KvCacheMetrics::register(&r).expect("register");
+        assert!(KvCacheMetrics::register(&r).is_err(), "duplicate registration is refused");
+        let mut s = ApplyStats::default();
+        s.events[0][0] = 2;
+        s.stored_blocks = 6;
+        m.record_apply(&s);
+        m.record_lookup(1e-5, 8, 4);
+        assert_eq!(m.events.with_label_values(&["block_stored", "applied"]).get(), 2);
+        assert_eq!(m.blocks.with_label_values(&["stored"]).get(), 6);
+        assert_eq!(m.lookup_hit_blocks.get(), 4);
+        let idx = PrefixIndex::new(crate::kvcache::index::IndexConfig::default());
+        assert!(m.timed_lookup(&idx, &[1, 2]).is_empty());
+        assert_eq!(m.lookup_blocks.get(), 10);
+        assert!(r.gather().iter().any(|f| f.name() == "epp_kv_prefix_hit_ratio"));
+    }
+}

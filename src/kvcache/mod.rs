@@ -1,0 +1,47 @@
+//! Precise prefix-cache routing from vLLM KV events.
+//!
+//! ```text
+//! vLLM PUB --ZMQ [topic, seq, payload]--> subscriber::socket (SUB, bound or per endpoint)
+//!   --bounded queue per worker (drop + count)--> subscriber::worker (per endpoint, in order)
+//!       sequence (gap / restart) --replay (DEALER)--> decode (msgpack -> events)
+//!       --> drift (sampled hash verification) --> index::apply (request keys) --> index tables
+//! scheduler --keys::request_keys(model, salt, tokens, B)--> PrefixIndex::lookup --> EndpointMatch
+//! ```
+//!
+//! Module map (one job each):
+//! * [`events`]: engine-neutral event types.
+//! * [`decode`]: vLLM msgpack batch -> events, every encoding 0.10–0.33 (pure).
+//! * [`hashing`]: vLLM's own block hashing (sha256, sha256_cbor, xxhash,
+//!   xxhash_cbor; NONE_HASH by version; u64 form) for the engine-key mode and drift.
+//! * [`keys`]: epp's request keys (`cbor-fnv` / `xxh64`, model or LoRA in the
+//!   root) and the engine -> request block alignment.
+//! * [`index`]: sharded prefix index, event application, engine-hash mapping.
+//! * [`sequence`]: per-stream seq tracking (gap, duplicate, restart).
+//! * [`subscriber`]: ZeroMQ sockets, topics, workers, replay.
+//! * [`drift`]: do published hashes match the configured vLLM hashing?
+//! * [`metrics`]: Prometheus series (`epp_kv_*`).
+//! * [`bench`]: workload replay behind `epp bench index`.
+//!
+//! Not here: tokenisation, scoring policy (plugins read [`EndpointMatch`]),
+//! endpoint discovery (the caller feeds a `watch` of [`KvEventSource`]).
+
+pub mod bench;
+pub mod decode;
+pub mod drift;
+pub mod events;
+pub mod hashing;
+pub mod index;
+pub mod keys;
+pub mod metrics;
+pub mod sequence;
+pub mod subscriber;
+
+pub use bench::{run_index_bench, BenchError, IndexBenchReport};
+pub use decode::{decode_batch, DecodeError};
+pub use drift::{DriftConfig, DriftDetector};
+pub use events::{EventBatch, KvEvent, Tier};
+pub use hashing::{HashAlgo, VllmHasher, VllmVersion};
+pub use index::{EndpointMatch, IndexConfig, KeyMode, PrefixIndex, TierWeights};
+pub use keys::{request_keys, RequestKeyAlgo, RequestKeyer};
+pub use metrics::KvCacheMetrics;
+pub use subscriber::{KvEventSource, Subscriber, SubscriberConfig, SubscriberHandle};

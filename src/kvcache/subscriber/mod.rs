@@ -1,0 +1,238 @@
+//! ZeroMQ subscriber: vLLM KV-event streams -> [`PrefixIndex`].
+//!
+//! Modes (reference §10), both may run at once:
+//! * central: one SUB socket **bound** at `zmq_endpoint`; events attributed
+//!   by topic `kv@<ip:port>@<model>` (or `kv@<ip>@<model>`) to the endpoint
+//!   with that address;
+//! * pod discovery (`discover_pods`): one SUB socket per endpoint
+//!   **connecting** to `kv_events_endpoint` or `tcp://<ip>:<socket_port +
+//!   rank>`, created and dropped as the endpoint list changes; events are
+//!   attributed to that endpoint whatever the topic says.
+//!
+//! Data path: socket readers ([`socket`]) -> bounded per-worker queues
+//! (drop and count when full) -> `concurrency` workers ([`worker`]) sharded by
+//! endpoint name, which decode, check sequences, replay gaps over DEALER
+//! ([`replay`]) and apply. [`SubscriberHandle::flush`] is a barrier for tests
+//! and shutdown. Does not own the index or the endpoint list.
+
+mod frames;
+mod replay;
+mod socket;
+mod worker;
+
+pub use frames::{parse as parse_frames, topic as parse_topic, FrameError, Frames, Topic};
+pub use replay::{fetch as fetch_replay, ReplayError, ReplayTimeouts};
+
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use tokio::sync::{mpsc, oneshot, watch, Mutex, Notify};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use zeromq::{Socket, SubSocket};
+
+use self::socket::{Attribution, Intake};
+use self::worker::{Job, WorkerDeps};
+use super::drift::DriftDetector;
+use super::index::PrefixIndex;
+use super::metrics::KvCacheMetrics;
+
+/// Subscriber settings (llm-d `kvEventsConfig` + `podDiscoveryConfig`).
+#[derive(Debug, Clone)]
+pub struct SubscriberConfig {
+    /// `zmqEndpoint`: bind one central SUB socket here (e.g. `tcp://*:5557`).
+    pub zmq_endpoint: Option<String>,
+    /// `topicFilter`, default `kv@`.
+    pub topic_filter: String,
+    /// `concurrency`: worker shards, default 4.
+    pub concurrency: usize,
+    /// `discoverPods`: one connecting SUB per endpoint, default true.
+    pub discover_pods: bool,
+    /// `socketPort`: publisher port of rank 0, default 5557.
+    pub socket_port: u16,
+    /// `replaySocketPort`: replay ROUTER port of rank 0; `None` disables replay.
+    pub replay_socket_port: Option<u16>,
+    /// Messages buffered per worker before dropping.
+    pub queue_capacity: usize,
+    /// First reconnect delay.
+    pub reconnect_initial: Duration,
+    /// Reconnect delay cap.
+    pub reconnect_max: Duration,
+    /// Replay timeouts.
+    pub replay_timeouts: ReplayTimeouts,
+}
+
+impl Default for SubscriberConfig {
+    fn default() -> Self {
+        SubscriberConfig {
+            zmq_endpoint: None,
+            topic_filter: "kv@".to_owned(),
+            concurrency: 4,
+            discover_pods: true,
+            socket_port: 5557,
+            replay_socket_port: None,
+            queue_capacity: 10_000,
+            reconnect_initial: Duration::from_millis(100),
+            reconnect_max: Duration::from_secs(5),
+            replay_timeouts: ReplayTimeouts::default(),
+        }
+    }
+}
+
+/// One endpoint as the subscriber sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KvEventSource {
+    /// Endpoint name (index identity).
+    pub name: Arc<str>,
+    /// Pod IP.
+    pub address: IpAddr,
+    /// Serving port (matches topics `kv@ip:port@model`).
+    pub port: u16,
+    /// Data-parallel rank (offsets the publisher and replay ports).
+    pub rank: u16,
+    /// Explicit publisher endpoint, overriding `tcp://ip:socket_port+rank`.
+    pub kv_events_endpoint: Option<String>,
+}
+
+/// Setup failures (runtime problems are counted and survived instead).
+#[derive(Debug, thiserror::Error)]
+pub enum SubscriberError {
+    /// The central socket could not bind.
+    #[error("cannot bind KV event socket at {endpoint}")]
+    Bind {
+        endpoint: String,
+        #[source]
+        source: zeromq::ZmqError,
+    },
+    /// The central socket could not subscribe.
+    #[error("cannot subscribe to {filter:?}")]
+    Subscribe {
+        filter: String,
+        #[source]
+        source: zeromq::ZmqError,
+    },
+}
+
+/// Entry point; see [`Subscriber::spawn`].
+#[derive(Debug)]
+pub struct Subscriber;
+
+/// Handle of a running subscriber.
+#[derive(Debug)]
+pub struct SubscriberHandle {
+    intake: Arc<Intake>,
+    index: Arc<PrefixIndex>,
+    central: Option<String>,
+    cancel: CancellationToken,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Subscriber {
+    /// Binds the central socket (if configured), starts the workers and the
+    /// endpoint-list manager. Tasks stop when `cancel` fires.
+    pub async fn spawn(
+        config: SubscriberConfig,
+        index: Arc<PrefixIndex>,
+        metrics: Arc<KvCacheMetrics>,
+        drift: Option<Arc<DriftDetector>>,
+        sources: watch::Receiver<Vec<KvEventSource>>,
+        cancel: CancellationToken,
+    ) -> Result<SubscriberHandle, SubscriberError> {
+        let deps = WorkerDeps { index: index.clone(), metrics: metrics.clone(), drift, replay_timeouts: config.replay_timeouts };
+        let mut tasks = Vec::new();
+        let mut jobs = Vec::new();
+        for _ in 0..config.concurrency.max(1) {
+            let (tx, rx) = mpsc::channel(config.queue_capacity.max(1));
+            jobs.push(tx);
+            let (deps, cancel) = (deps.clone(), cancel.clone());
+            tasks.push(tokio::spawn(async move {
+                tokio::select! {
+                    _ = cancel.cancelled() => {}
+                    _ = worker::run(deps, rx) => {}
+                }
+            }));
+        }
+        let intake = Arc::new(Intake { jobs, metrics: metrics.clone(), received: AtomicU64::new(0), notify: Notify::new(), topic_filter: config.topic_filter.clone() });
+        let attribution = Arc::new(ArcSwap::from_pointee(Attribution::new()));
+        let mut central = None;
+        if let Some(ep) = config.zmq_endpoint.as_deref().filter(|e| !e.is_empty()) {
+            let mut sock = SubSocket::new();
+            sock.subscribe(&config.topic_filter)
+                .await
+                .map_err(|source| SubscriberError::Subscribe { filter: config.topic_filter.clone(), source })?;
+            // The zeromq crate does not accept libzmq's `*` wildcard host.
+            let bind_at = ep.replacen("tcp://*:", "tcp://0.0.0.0:", 1);
+            let bound = sock.bind(&bind_at).await.map_err(|source| {
+                metrics.zmq_errors.with_label_values(&["bind"]).inc();
+                SubscriberError::Bind { endpoint: ep.to_owned(), source }
+            })?;
+            tracing::info!(endpoint = %bound, "KV event central socket bound");
+            central = Some(bound.to_string());
+            metrics.active_subscribers.inc();
+            tasks.push(tokio::spawn(socket::run_central(sock, intake.clone(), attribution.clone(), cancel.clone())));
+        }
+        tasks.push(tokio::spawn(socket::run_manager(config, sources, intake.clone(), attribution, cancel.clone())));
+        Ok(SubscriberHandle { intake, index, central, cancel, tasks: Mutex::new(tasks) })
+    }
+}
+
+impl SubscriberHandle {
+    /// The resolved central endpoint (e.g. `tcp://127.0.0.1:40123`), if bound.
+    pub fn central_endpoint(&self) -> Option<&str> {
+        self.central.as_deref()
+    }
+
+    /// Messages taken off the sockets so far (queued, dropped or malformed).
+    pub fn received(&self) -> u64 {
+        self.intake.received.load(Ordering::Acquire)
+    }
+
+    /// Waits until at least `n` messages were received. Unbounded: wrap in a timeout.
+    pub async fn wait_received(&self, n: u64) {
+        loop {
+            let notified = self.intake.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.received() >= n {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// Barrier: returns once every message received so far has been applied
+    /// (or dropped), then refreshes the index gauges.
+    pub async fn flush(&self) {
+        let mut waits = Vec::new();
+        for tx in &self.intake.jobs {
+            let (done, wait) = oneshot::channel();
+            if tx.send(Job::Flush(done)).await.is_ok() {
+                waits.push(wait);
+            }
+        }
+        for w in waits {
+            let _ = w.await;
+        }
+        self.refresh_gauges();
+    }
+
+    /// Updates the index size gauges.
+    pub fn refresh_gauges(&self) {
+        let m = &self.intake.metrics;
+        m.index_entries.set(self.index.entries() as i64);
+        m.index_bytes.set(self.index.approx_bytes() as i64);
+        m.index_evictions.set(self.index.evictions() as i64);
+    }
+
+    /// Cancels every task and waits for them.
+    pub async fn shutdown(&self) {
+        self.cancel.cancel();
+        let tasks = std::mem::take(&mut *self.tasks.lock().await);
+        for t in tasks {
+            let _ = t.await;
+        }
+    }
+}

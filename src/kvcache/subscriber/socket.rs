@@ -1,0 +1,248 @@
+//! SUB sockets: the central bound socket, one connecting socket per
+//! endpoint in pod-discovery mode, and the endpoint-list manager.
+//!
+//! Readers turn frames into [`Envelope`]s and hand them to the worker queues
+//! with `try_send` (a full queue drops and counts; the worker later sees the
+//! sequence gap). Per-peer receive errors are counted and survived. A
+//! connecting socket retries its first connect with exponential backoff;
+//! afterwards the `zeromq` crate reconnects by itself, and a publisher that
+//! restarted shows up as a sequence restart.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use tokio::sync::{mpsc, watch, Notify};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use zeromq::{Socket, SocketRecv, SubSocket};
+
+use super::frames::{self, pod_address, topic};
+use super::worker::{shard_of, Envelope, Job};
+use super::{KvEventSource, SubscriberConfig};
+use crate::kvcache::metrics::KvCacheMetrics;
+
+/// Queues into the workers plus the received-message counter behind `flush`.
+#[derive(Debug)]
+pub struct Intake {
+    pub jobs: Vec<mpsc::Sender<Job>>,
+    pub metrics: Arc<KvCacheMetrics>,
+    pub received: AtomicU64,
+    pub notify: Notify,
+    pub topic_filter: String,
+}
+
+impl Intake {
+    fn worker(&self, endpoint: &str) -> &mpsc::Sender<Job> {
+        &self.jobs[shard_of(endpoint, self.jobs.len())]
+    }
+
+    fn mark_received(&self) {
+        self.received.fetch_add(1, Ordering::AcqRel);
+        self.notify.notify_waiters();
+    }
+
+    /// Handles one raw message from a socket, attributing it with `attribute`.
+    /// The received counters move last, once the message is queued or dropped.
+    fn accept(&self, raw: zeromq::ZmqMessage, attribute: impl FnOnce(&frames::Frames) -> Option<Source>) {
+        if let Err(reason) = self.route(raw, attribute) {
+            self.metrics.dropped.with_label_values(&[reason]).inc();
+        }
+        self.metrics.messages_received.inc();
+        self.mark_received();
+    }
+
+    fn route(&self, raw: zeromq::ZmqMessage, attribute: impl FnOnce(&frames::Frames) -> Option<Source>) -> Result<(), &'static str> {
+        let f = match frames::parse(raw.into_vec()) {
+            Ok(f) => f,
+            Err(e) => {
+                self.metrics.malformed_messages.inc();
+                tracing::debug!(error = %e, "Malformed KV event message");
+                return Ok(());
+            }
+        };
+        if !f.topic.starts_with(self.topic_filter.as_bytes()) {
+            return Err("topic_filter");
+        }
+        let src = attribute(&f).ok_or("unknown_endpoint")?;
+        let env = Envelope { endpoint: src.name, topic: f.topic, seq: f.seq, payload: f.payload, rank: src.rank, replay: src.replay };
+        self.worker(&env.endpoint).try_send(Job::Message(env)).map_err(|_| "queue_full")
+    }
+
+    /// Queues a control job (waits for room: control is never dropped).
+    pub async fn control(&self, endpoint: &str, job: Job) {
+        let _ = self.worker(endpoint).send(job).await;
+    }
+}
+
+/// Where a source's messages go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Source {
+    pub name: Arc<str>,
+    pub rank: u32,
+    pub replay: Option<Arc<str>>,
+}
+
+/// Topic pod id -> source, for the central socket.
+pub type Attribution = HashMap<(IpAddr, Option<u16>), Source>;
+
+fn replay_url(cfg: &SubscriberConfig, s: &KvEventSource) -> Option<Arc<str>> {
+    let port = cfg.replay_socket_port?.checked_add(s.rank)?;
+    Some(format!("tcp://{}", SocketAddr::new(s.address, port)).into())
+}
+
+fn dial_url(cfg: &SubscriberConfig, s: &KvEventSource) -> Option<String> {
+    match &s.kv_events_endpoint {
+        Some(e) => Some(e.clone()),
+        None => Some(format!("tcp://{}", SocketAddr::new(s.address, cfg.socket_port.checked_add(s.rank)?))),
+    }
+}
+
+fn build_attribution(cfg: &SubscriberConfig, list: &[KvEventSource]) -> Attribution {
+    let mut map = Attribution::new();
+    for s in list {
+        let src = Source { name: s.name.clone(), rank: u32::from(s.rank), replay: replay_url(cfg, s) };
+        map.entry((s.address, None)).or_insert_with(|| src.clone());
+        map.insert((s.address, Some(s.port)), src);
+    }
+    map
+}
+
+/// Reads the central bound socket until cancelled.
+pub async fn run_central(mut sock: SubSocket, intake: Arc<Intake>, attribution: Arc<ArcSwap<Attribution>>, cancel: CancellationToken) {
+    loop {
+        let msg = tokio::select! {
+            _ = cancel.cancelled() => break,
+            m = sock.recv() => m,
+        };
+        match msg {
+            Ok(m) => intake.accept(m, |f| {
+                let pod = pod_address(topic(&f.topic).pod)?;
+                attribution.load().get(&pod).cloned()
+            }),
+            Err(e) => {
+                intake.metrics.zmq_errors.with_label_values(&["recv"]).inc();
+                tracing::debug!(error = %e, "KV event receive error (peer dropped)");
+            }
+        }
+    }
+    intake.metrics.active_subscribers.dec();
+}
+
+/// Connects to one endpoint's publisher and reads it until cancelled.
+async fn run_source(dial: String, src: Source, intake: Arc<Intake>, backoff: (Duration, Duration), cancel: CancellationToken) {
+    let mut delay = backoff.0;
+    let mut failures = 0u32;
+    let mut sock = loop {
+        let mut s = SubSocket::new();
+        let connected = tokio::select! {
+            _ = cancel.cancelled() => return,
+            r = async { s.subscribe(&intake.topic_filter).await?; s.connect(&dial).await } => r,
+        };
+        match connected {
+            Ok(()) => break s,
+            Err(e) => {
+                intake.metrics.zmq_errors.with_label_values(&["connect"]).inc();
+                if failures == 0 {
+                    tracing::warn!(endpoint = %src.name, dial, error = %e, "KV event publisher not reachable; retrying");
+                }
+                failures += 1;
+            }
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(delay) => {}
+        }
+        delay = (delay * 2).min(backoff.1);
+    };
+    tracing::info!(endpoint = %src.name, dial, "KV event subscriber connected");
+    intake.metrics.active_subscribers.inc();
+    loop {
+        let msg = tokio::select! {
+            _ = cancel.cancelled() => break,
+            m = sock.recv() => m,
+        };
+        match msg {
+            Ok(m) => intake.accept(m, |_| Some(src.clone())),
+            Err(e) => {
+                intake.metrics.zmq_errors.with_label_values(&["recv"]).inc();
+                tracing::debug!(endpoint = %src.name, error = %e, "KV event receive error");
+            }
+        }
+    }
+    intake.metrics.active_subscribers.dec();
+}
+
+struct Reader {
+    dial: String,
+    cancel: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+/// Follows the endpoint list: attribution for the central socket, readers in
+/// pod-discovery mode, purges for endpoints that left.
+pub async fn run_manager(
+    cfg: SubscriberConfig,
+    mut sources: watch::Receiver<Vec<KvEventSource>>,
+    intake: Arc<Intake>,
+    attribution: Arc<ArcSwap<Attribution>>,
+    cancel: CancellationToken,
+) {
+    let mut readers: HashMap<(Arc<str>, u16), Reader> = HashMap::new();
+    let mut known: Vec<Arc<str>> = Vec::new();
+    loop {
+        let list = sources.borrow_and_update().clone();
+        // New attribution first: the central socket stops routing to pods that left.
+        attribution.store(Arc::new(build_attribution(&cfg, &list)));
+        if cfg.discover_pods {
+            let wanted: HashMap<(Arc<str>, u16), &KvEventSource> = list.iter().map(|s| ((s.name.clone(), s.rank), s)).collect();
+            // A reader is stale when its endpoint left or now dials elsewhere.
+            let stale: Vec<_> = readers
+                .iter()
+                .filter(|(k, r)| wanted.get(*k).and_then(|s| dial_url(&cfg, s)).as_ref() != Some(&r.dial))
+                .map(|(k, _)| k.clone())
+                .collect();
+            // Stop stale readers before any purge is queued, so none of their
+            // messages can land after it.
+            for k in stale {
+                if let Some(r) = readers.remove(&k) {
+                    r.cancel.cancel();
+                    let _ = r.task.await;
+                }
+            }
+            for (k, s) in wanted {
+                let Some(dial) = dial_url(&cfg, s) else { continue };
+                if readers.contains_key(&k) {
+                    continue;
+                }
+                let src = Source { name: s.name.clone(), rank: u32::from(s.rank), replay: replay_url(&cfg, s) };
+                let child = cancel.child_token();
+                let backoff = (cfg.reconnect_initial, cfg.reconnect_max);
+                let task = tokio::spawn(run_source(dial.clone(), src, intake.clone(), backoff, child.clone()));
+                readers.insert(k, Reader { dial, cancel: child, task });
+            }
+        }
+        for gone in known.iter().filter(|n| !list.iter().any(|s| &s.name == *n)) {
+            tracing::info!(endpoint = %gone, "Endpoint left; purging its KV entries");
+            intake.control(gone, Job::RemoveEndpoint(gone.clone())).await;
+        }
+        known = list.iter().map(|s| s.name.clone()).collect();
+        known.sort();
+        known.dedup();
+        tokio::select! {
+            _ = cancel.cancelled() => break,
+            r = sources.changed() => if r.is_err() {
+                // The list's owner is gone: keep the last list until shutdown.
+                cancel.cancelled().await;
+                break;
+            },
+        }
+    }
+    for (_, r) in readers {
+        r.cancel.cancel();
+        let _ = r.task.await;
+    }
+}
