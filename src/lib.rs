@@ -13,6 +13,7 @@
 //! - `endpoints`: discovery, the endpoint store, metric scraping.
 //! - `telemetry`: logs, metrics, admin server.
 //! - `app`: wiring, servers and shutdown.
+//! - `validate`: `epp validate` checks of configs and KServe manifests.
 //!
 //! Data flow:
 //! ```text
@@ -35,6 +36,7 @@ pub mod tls;
 pub mod app;
 pub mod bench;
 pub mod cli;
+pub mod validate;
 
 #[cfg(test)]
 pub(crate) mod test_util;
