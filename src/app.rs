@@ -120,7 +120,7 @@ impl App {
             store.replace(endpoints);
             loaded_bytes = bytes;
         }
-        let cx = BuildContext { endpoints: store.clone(), metrics: PluginMetrics::register(&registry)? };
+        let cx = BuildContext { endpoints: store.clone(), metrics: PluginMetrics::register(&registry)?, ..Default::default() };
         let loaded = load_config(settings.config_text.as_deref(), &cx, SchedulerMetrics::register(&registry)?)?;
         for note in &loaded.injected {
             info!(default = %note, "Config default injected");

@@ -25,6 +25,16 @@ pub struct Cli {
 /// Subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Checks EndpointPickerConfig files and KServe LLMInferenceService manifests; exits 0
+    /// only when no finding is an error.
+    Validate {
+        /// Files to check (YAML; multi-document allowed).
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "human")]
+        output: crate::validate::OutputFormat,
+    },
     /// Benchmarks.
     Bench {
         /// What to benchmark.

@@ -14,6 +14,7 @@
 //! - `kvcache`: vLLM KV events (ZeroMQ, msgpack), block hashing, the sharded prefix index.
 //! - `telemetry`: logs, metrics, admin server.
 //! - `app`: wiring, servers and shutdown.
+//! - `validate`: `epp validate` checks of configs and KServe manifests.
 //!
 //! Data flow:
 //! ```text
@@ -38,6 +39,7 @@ pub mod tls;
 pub mod app;
 pub mod bench;
 pub mod cli;
+pub mod validate;
 
 #[cfg(test)]
 pub(crate) mod test_util;

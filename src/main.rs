@@ -13,8 +13,23 @@ fn main() -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     match cli.command {
         Some(Command::Bench { what }) => epp::bench::run(what),
+        Some(Command::Validate { files, output }) => validate(&files, output),
         None => runtime.block_on(serve(cli.serve)),
     }
+}
+
+/// `epp validate`: prints the findings; exit status 1 when any is an error.
+fn validate(files: &[std::path::PathBuf], output: epp::validate::OutputFormat) -> anyhow::Result<()> {
+    let mut results = Vec::new();
+    for path in files {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        results.push((path.display().to_string(), epp::validate::validate_text(&text)));
+    }
+    println!("{}", epp::validate::render(&results, output));
+    if epp::validate::has_errors(&results) {
+        std::process::exit(1);
+    }
+    Ok(())
 }
 
 async fn serve(args: epp::cli::ServeArgs) -> anyhow::Result<()> {

@@ -43,6 +43,13 @@ impl EndpointBuilder {
         self.metrics.metrics.kv_cache_usage = f;
         self
     }
+    /// LoRA adapters running and waiting, and the adapter limit.
+    pub fn lora(mut self, active: &[&str], waiting: &[&str], max: u64) -> Self {
+        self.metrics.metrics.active_models = active.iter().map(|s| s.to_string()).collect();
+        self.metrics.metrics.waiting_models = waiting.iter().map(|s| s.to_string()).collect();
+        self.metrics.metrics.max_active_models = Some(max);
+        self
+    }
     /// Fresh (scraped now) or never scraped.
     pub fn fresh(mut self, fresh: bool) -> Self {
         self.metrics.updated_at = fresh.then(Instant::now);

@@ -62,6 +62,16 @@ pub fn closest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) ->
         .map(|(_, c)| c)
 }
 
+/// Suggestion for a reference to an undeclared plugin: the closest declared name; when none
+/// is close, the closest registered type (declaring a plugin of that type may be the fix,
+/// e.g. a profile naming a type that was never listed under `plugins`).
+pub fn ref_suggestion<'a>(name: &str, declared: impl IntoIterator<Item = &'a str>, types: impl IntoIterator<Item = &'a str>) -> Option<String> {
+    if let Some(s) = closest(name, declared) {
+        return Some(format!("did you mean {s:?}? (declared plugins are referred to by `name`, which defaults to `type`)"));
+    }
+    closest(name, types).map(|t| format!("no plugin of that name is declared; add `- type: {t}` under `plugins`"))
+}
+
 fn edit_distance(a: &str, b: &str) -> usize {
     let b: Vec<char> = b.chars().collect();
     let mut prev: Vec<usize> = (0..=b.len()).collect();

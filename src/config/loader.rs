@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use super::error::{ConfigError, ConfigErrors, closest};
+use super::error::{ConfigError, ConfigErrors, closest, ref_suggestion};
 use super::raw::{RawConfig, RawSaturationDetector};
 use super::{API_VERSIONS, FEATURE_GATES, producers, profiles};
 use crate::plugins::producer::passive::{CoreMetricsExtractorParams, MetricsDataSourceParams};
@@ -41,6 +41,10 @@ pub struct DataLayerSettings {
 pub(crate) struct Instances {
     pub(crate) items: Vec<(PluginSpec, PluginInstance)>,
     pub(crate) injected: Vec<String>,
+    /// Every name declared in the document, including plugins that failed to build.
+    pub(crate) declared: Vec<String>,
+    /// Registered type names (for suggestions).
+    pub(crate) types: Vec<&'static str>,
 }
 
 impl Instances {
@@ -50,6 +54,17 @@ impl Instances {
 
     pub(crate) fn names(&self) -> impl Iterator<Item = &str> {
         self.items.iter().map(|(s, _)| &*s.name)
+    }
+
+    /// The error for a reference to a plugin that does not exist, with a suggestion from
+    /// the declared names or, failing that, the registered types.
+    pub(crate) fn undefined_ref(&self, path: impl Into<String>, name: &str) -> ConfigError {
+        let e = ConfigError::new(path, format!("references undefined plugin {name:?}"));
+        let names = self.declared.iter().map(String::as_str).chain(self.names());
+        match ref_suggestion(name, names, self.types.iter().copied()) {
+            Some(s) => e.suggest(s),
+            None => e,
+        }
     }
 
     /// Instantiates a plugin of `type_name` with no parameters, as a default the loader adds.
@@ -145,7 +160,8 @@ fn check_header(raw: &RawConfig, errors: &mut Vec<ConfigError>) {
 }
 
 fn instantiate(raw: &RawConfig, registry: &Registry, cx: &BuildContext, errors: &mut Vec<ConfigError>) -> Instances {
-    let mut out = Instances { items: Vec::new(), injected: Vec::new() };
+    let declared: Vec<String> = raw.plugins.iter().filter_map(|p| p.name.clone().filter(|n| !n.is_empty()).or_else(|| p.type_name.clone())).collect();
+    let mut out = Instances { items: Vec::new(), injected: Vec::new(), declared: declared.clone(), types: registry.names() };
     for (i, p) in raw.plugins.iter().enumerate() {
         let path = format!("plugins[{i}]");
         let Some(type_name) = p.type_name.as_deref().filter(|t| !t.is_empty()) else {
@@ -173,7 +189,10 @@ fn instantiate(raw: &RawConfig, registry: &Registry, cx: &BuildContext, errors: 
             }
         };
         let spec = PluginSpec { name: name.into(), type_name: type_name.to_string(), parameters, path };
-        match (reg.factory)(&spec, cx) {
+        let mut plugin_cx = cx.clone();
+        plugin_cx.earlier = out.items.iter().map(|(_, i)| i.clone()).collect();
+        plugin_cx.declared = declared.clone();
+        match (reg.factory)(&spec, &plugin_cx) {
             Ok(instance) => out.items.push((spec, instance)),
             Err(e) => errors.push(ConfigError::new(e.path, e.message)),
         }
@@ -210,7 +229,7 @@ fn saturation_detector(
             None
         }
         None => {
-            errors.push(ConfigError::new(path, format!("references undefined plugin {name:?}")));
+            errors.push(instances.undefined_ref(path, &name));
             None
         }
     }
@@ -292,13 +311,7 @@ fn check_refs(raw: &RawConfig, instances: &Instances, errors: &mut Vec<ConfigErr
     for (path, name) in refs {
         match name.as_deref() {
             None | Some("") => errors.push(ConfigError::new(path, "pluginRef is required")),
-            Some(n) if instances.get(n).is_none() => {
-                let mut e = ConfigError::new(path, format!("references undefined plugin {n:?}"));
-                if let Some(s) = closest(n, instances.names()) {
-                    e = e.suggest(format!("did you mean {s:?}?"));
-                }
-                errors.push(e);
-            }
+            Some(n) if instances.get(n).is_none() => errors.push(instances.undefined_ref(path, n)),
             Some(_) => {}
         }
     }

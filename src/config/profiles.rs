@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use super::error::{ConfigError, closest};
+use super::error::ConfigError;
 use super::loader::Instances;
 use super::raw::{RawConfig, RawProfile, RawProfilePlugin};
 use crate::plugins::registry::{BuildContext, Registry};
@@ -136,11 +136,10 @@ fn profile(name: &str, p: &RawProfile, metrics: &SchedulerMetrics, instances: &I
             continue;
         };
         let Some((spec, inst)) = instances.get(plugin_ref) else {
-            let mut e = ConfigError::new(format!("{path}.pluginRef"), format!("references undefined plugin {plugin_ref:?}"));
-            if let Some(s) = closest(plugin_ref, instances.names()) {
-                e = e.suggest(format!("did you mean {s:?}? (declared plugins are referred to by `name`, which defaults to `type`)"));
+            // A declared plugin that failed to build already has its own error.
+            if !instances.declared.iter().any(|d| d == plugin_ref) {
+                errors.push(instances.undefined_ref(format!("{path}.pluginRef"), plugin_ref));
             }
-            errors.push(e);
             continue;
         };
         let timer = |point| metrics.plugin_timer(point, inst.type_name, &spec.name);

@@ -26,7 +26,7 @@ use crate::proto::ext_proc::{CommonResponse, ProcessingRequest, ProcessingRespon
 use crate::request::headers::{self, CONTENT_LENGTH, DESTINATION_ENDPOINT, REQUEST_ID, RequestHeaders};
 use crate::request::usage::{SseUsageScanner, Usage, restore_model_name, usage_from_json};
 use crate::request::InferenceRequest;
-use crate::scheduling::result::SchedulingResult;
+use crate::scheduling::result::{HeaderEdits, SchedulingResult};
 
 /// Bodies larger than this are parsed and scheduled on the blocking pool.
 const OFFLOAD_BODY_BYTES: usize = 256 * 1024;
@@ -307,18 +307,21 @@ impl StreamProcessor {
         if self.response_streaming {
             self.sse = Some(SseUsageScanner::default());
         }
+        let mut edits = HeaderEdits::default();
         if let Some(s) = &self.scheduled {
             if let Some(result) = &s.result {
                 for hook in &self.shared.scheduler.load().response {
                     hook.on_response_headers(&s.request, result, status);
+                    hook.edit_response_headers(&s.request, result, &mut edits);
                 }
             }
             if status.is_some_and(|c| c >= 500) {
                 self.shared.metrics.error(&s.request.incoming_model, &s.request.target_model, "ModelServerError");
             }
         }
-        let set = vec![(headers::WENT_INTO_RESP_HEADERS.to_string(), "true".to_string())];
-        let reply = resp::response_headers(CommonResponse { header_mutation: Some(resp::mutation(&set, &[])), ..Default::default() });
+        let mut set = vec![(headers::WENT_INTO_RESP_HEADERS.to_string(), "true".to_string())];
+        set.extend(edits.set);
+        let reply = resp::response_headers(CommonResponse { header_mutation: Some(resp::mutation(&set, &edits.remove)), ..Default::default() });
         if end_of_stream {
             self.complete();
         }

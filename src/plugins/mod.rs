@@ -4,6 +4,7 @@
 //! takes `&self` and does no I/O: plugins read the request, the per-request data produced
 //! before scheduling, and the candidates' metric snapshots.
 
+pub mod decider;
 pub mod filter;
 pub mod picker;
 pub mod producer;
@@ -84,6 +85,9 @@ pub trait PreRequest: Send + Sync + fmt::Debug {
 pub trait ResponseHook: Send + Sync + fmt::Debug {
     /// Response headers arrived (status code when known).
     fn on_response_headers(&self, _request: &InferenceRequest, _result: &SchedulingResult, _status: Option<u16>) {}
+    /// Response-header changes to send back to Envoy (e.g. a session token). Called once,
+    /// right after `on_response_headers`; the default adds nothing.
+    fn edit_response_headers(&self, _request: &InferenceRequest, _result: &SchedulingResult, _edits: &mut HeaderEdits) {}
     /// The response completed, or the stream ended early; `usage` when the body reported it.
     fn on_response_complete(&self, request: &InferenceRequest, result: &SchedulingResult, usage: Option<&Usage>);
 }
@@ -93,6 +97,15 @@ pub trait ResponseHook: Send + Sync + fmt::Debug {
 pub trait SaturationDetector: Send + Sync + fmt::Debug {
     /// Saturation of `candidates` at `now`.
     fn saturation(&self, candidates: &[Candidate], now: tokio::time::Instant) -> f64;
+}
+
+/// Decides whether an extra stage (prefill, encode) runs for a request, given the endpoint
+/// already chosen for decode (`None` when decode has not run yet, as in prefill-first order).
+/// Pure: the same request and endpoint always give the same answer, because the disagg
+/// handler may ask more than once per request.
+pub trait Decider: Send + Sync + fmt::Debug {
+    /// True = run the stage (disaggregate).
+    fn disaggregate(&self, cx: &SchedulingContext<'_>, decode_endpoint: Option<&Candidate>) -> bool;
 }
 
 /// Declares data a plugin consumes (scorers, filters, handlers), so the loader can create
@@ -127,6 +140,8 @@ pub struct PluginInstance {
     pub consumer: Option<Arc<dyn Consumer>>,
     /// Saturation-detector role.
     pub saturation: Option<Arc<dyn SaturationDetector>>,
+    /// Decider role (referred to by name from a profile handler's parameters).
+    pub decider: Option<Arc<dyn Decider>>,
     /// A data-layer or policy plugin that the scheduler itself does not call (metrics
     /// sources, extractors, parsers, flow-control policies).
     pub passive: bool,
@@ -147,6 +162,7 @@ impl PluginInstance {
             response: None,
             consumer: None,
             saturation: None,
+            decider: None,
             passive: false,
         }
     }
@@ -196,6 +212,11 @@ impl PluginInstance {
         self.saturation = Some(p);
         self
     }
+    /// Adds the decider role.
+    pub fn with_decider(mut self, p: Arc<dyn Decider>) -> Self {
+        self.decider = Some(p);
+        self
+    }
     /// Marks the plugin as passive (data layer / policy).
     pub fn passive(mut self) -> Self {
         self.passive = true;
@@ -213,6 +234,7 @@ impl PluginInstance {
         if self.pre_request.is_some() { r.push("pre-request hook") }
         if self.response.is_some() { r.push("response hook") }
         if self.saturation.is_some() { r.push("saturation detector") }
+        if self.decider.is_some() { r.push("decider") }
         if self.passive { r.push("data-layer/policy plugin") }
         r.join(", ")
     }

@@ -6,9 +6,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use prometheus::IntCounterVec;
 use serde::de::DeserializeOwned;
 
-use super::{PluginInstance, PluginName, filter, picker, producer, profile_handler, scorer};
+use super::{PluginInstance, PluginName, decider, filter, picker, producer, profile_handler, scorer};
 use crate::endpoints::store::EndpointStore;
 use crate::telemetry::twin::{RATIO_BUCKETS, TwinGaugeVec, TwinHistogramVec};
 
@@ -49,6 +50,40 @@ pub struct BuildContext {
     pub endpoints: EndpointStore,
     /// Metric families shared by plugins.
     pub metrics: PluginMetrics,
+    /// Plugins instantiated before the one being built, in order (the loader fills this in
+    /// for each factory call), so parameters may name earlier plugins (e.g. deciders).
+    pub earlier: Vec<PluginInstance>,
+    /// Names of every plugin declared in the document, for suggestions.
+    pub declared: Vec<String>,
+}
+
+impl BuildContext {
+    /// Resolves a plugin named in `spec`'s parameters at `param` (e.g. `deciders.prefill`):
+    /// it must be declared earlier and fill the role `role` returns. Errors carry the path
+    /// and the closest declared name.
+    pub fn resolve<T: ?Sized>(
+        &self,
+        spec: &PluginSpec,
+        param: &str,
+        name: &str,
+        role_name: &str,
+        role: impl Fn(&PluginInstance) -> Option<Arc<T>>,
+    ) -> Result<Arc<T>, BuildError> {
+        let path = format!("{}.parameters.{param}", spec.path);
+        if let Some(inst) = self.earlier.iter().find(|i| &*i.name == name) {
+            return role(inst).ok_or_else(|| {
+                BuildError::new(&path, format!("plugin {name:?} ({}) is a {}, not a {role_name}", inst.type_name, inst.roles()))
+            });
+        }
+        if self.declared.iter().any(|d| d == name) {
+            return Err(BuildError::new(path, format!("plugin {name:?} is declared after {:?}; declare it earlier in `plugins`", &*spec.name)));
+        }
+        let mut message = format!("references undefined plugin {name:?}");
+        if let Some(s) = crate::config::error::closest(name, self.declared.iter().map(String::as_str)) {
+            message.push_str(&format!(" (did you mean {s:?}?)"));
+        }
+        Err(BuildError::new(path, message))
+    }
 }
 
 /// Metric families plugins record into (registered once by the app).
@@ -60,6 +95,10 @@ pub struct PluginMetrics {
     pub prefix_hit_bytes: TwinHistogramVec,
     /// `prefix_indexer_size{plugin_name, plugin_type}`.
     pub prefix_indexer_size: TwinGaugeVec,
+    /// `llm_d_epp_disagg_decision_total{plugin_name, plugin_type, model_name, decision_type}`.
+    pub disagg_decisions: IntCounterVec,
+    /// Deprecated twin `llm_d_inference_scheduler_disagg_decision_total{model_name, decision_type}`.
+    pub disagg_decisions_legacy: IntCounterVec,
 }
 
 impl PluginMetrics {
@@ -91,8 +130,26 @@ impl PluginMetrics {
                 "Entries in the approximate prefix index.",
                 labels,
             )?,
+            disagg_decisions: counter(
+                registry,
+                "llm_d_epp_disagg_decision_total",
+                "Disaggregation decisions by stage combination.",
+                &["plugin_name", "plugin_type", "model_name", "decision_type"],
+            )?,
+            disagg_decisions_legacy: counter(
+                registry,
+                "llm_d_inference_scheduler_disagg_decision_total",
+                "Deprecated twin of llm_d_epp_disagg_decision_total.",
+                &["model_name", "decision_type"],
+            )?,
         })
     }
+}
+
+fn counter(registry: &prometheus::Registry, name: &str, help: &str, labels: &[&str]) -> Result<IntCounterVec, prometheus::Error> {
+    let c = IntCounterVec::new(prometheus::Opts::new(name, help), labels)?;
+    registry.register(Box::new(c.clone()))?;
+    Ok(c)
 }
 
 impl Default for PluginMetrics {
@@ -173,17 +230,39 @@ pub fn builtin() -> Registry {
         .add(scorer::queue::TYPE, scorer::queue::build)
         .add(scorer::kv_utilization::TYPE, scorer::kv_utilization::build)
         .add(scorer::prefix_cache::TYPE, scorer::prefix_cache::build)
+        .add(scorer::running::TYPE, scorer::running::build)
+        .add(scorer::lora::TYPE, scorer::lora::build)
+        .add(scorer::load_aware::TYPE, scorer::load_aware::build)
+        .add(scorer::active_request::TYPE, scorer::active_request::build)
+        .add(scorer::token_load::TYPE, scorer::token_load::build)
+        .add(scorer::no_hit_lru::TYPE, scorer::no_hit_lru::build)
+        .add(scorer::session_affinity::TYPE, scorer::session_affinity::build)
+        .add(scorer::context_length::TYPE, scorer::context_length::build)
         .add(producer::approx_prefix::TYPE, producer::approx_prefix::build)
         .add(producer::token::TYPE, producer::token::build)
+        .add(producer::inflight::TYPE, producer::inflight::build)
         .add(filter::utilization::TYPE, filter::utilization::build)
         .add(filter::role::DECODE, filter::role::build_decode)
         .add(filter::role::PREFILL, filter::role::build_prefill)
-        .add(filter::role::ENCODE, filter::role::build_encode);
+        .add(filter::role::ENCODE, filter::role::build_encode)
+        .add(filter::label_selector::TYPE, filter::label_selector::build)
+        .add(filter::by_label::TYPE, filter::by_label::build)
+        .add(filter::prefix_affinity::TYPE, filter::prefix_affinity::build)
+        .add(filter::concurrency::TYPE, filter::concurrency::build)
+        .add(profile_handler::disagg::TYPE, profile_handler::disagg::build)
+        .add(profile_handler::disagg::pd::TYPE, profile_handler::disagg::pd::build)
+        .add(profile_handler::data_parallel::TYPE, profile_handler::data_parallel::build)
+        .add(profile_handler::disagg_headers::TYPE, profile_handler::disagg_headers::build)
+        .add(decider::ALWAYS_PD, decider::build_always)
+        .add(decider::prefix_based::TYPE, decider::prefix_based::build)
+        .add(decider::multimodal::TYPE, decider::multimodal::build);
     for (type_name, factory) in producer::passive::TYPES {
         r.add(type_name, *factory);
     }
     r.alias(scorer::kv_utilization::OLD_TYPE, scorer::kv_utilization::TYPE)
-        .alias(producer::token::OLD_TYPE, producer::token::TYPE);
+        .alias(producer::token::OLD_TYPE, producer::token::TYPE)
+        .alias(profile_handler::disagg_headers::OLD_TYPE, profile_handler::disagg_headers::TYPE)
+        .alias(filter::label_selector::OLD_TYPE, filter::label_selector::TYPE);
     r
 }
 

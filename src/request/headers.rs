@@ -29,6 +29,10 @@ pub const FAIRNESS_ID_LLMD: &str = "x-llm-d-inference-fairness-id";
 pub const PREFILLER_HOST_PORT: &str = "x-prefiller-host-port";
 /// Encoder endpoints for the decode sidecar.
 pub const ENCODER_HOSTS_PORTS: &str = "x-encoder-hosts-ports";
+/// Chosen data-parallel rank for the sidecar (deprecated data-parallel handler).
+pub const DATA_PARALLEL_HOST_PORT: &str = "x-data-parallel-host-port";
+/// Session-affinity token on responses (base64 of the endpoint id), echoed by clients.
+pub const SESSION_TOKEN: &str = "x-session-token";
 /// Content length.
 pub const CONTENT_LENGTH: &str = "content-length";
 /// Debug marker GIE sets on response headers.

@@ -45,6 +45,10 @@ pub struct SchedulingResult {
     pub primary_profile: Arc<str>,
     /// Every successful profile result (including the primary).
     pub profiles: Vec<(Arc<str>, ProfileResult)>,
+    /// When set, the destination uses this port instead of each target's own port (the
+    /// deprecated data-parallel handler sends every rank's traffic to the sidecar port and
+    /// names the rank in `x-data-parallel-host-port`).
+    pub destination_port: Option<u16>,
 }
 
 impl SchedulingResult {
@@ -58,11 +62,20 @@ impl SchedulingResult {
         self.profiles.iter().find(|(n, _)| &**n == name).map(|(_, r)| r)
     }
 
-    /// The destination value: the primary targets' `ip:port` joined with `,`.
+    /// A result whose destination is the primary profile's targets.
+    pub fn new(primary_profile: Arc<str>, profiles: Vec<(Arc<str>, ProfileResult)>) -> Self {
+        Self { primary_profile, profiles, destination_port: None }
+    }
+
+    /// The destination value: the primary targets' `ip:port` joined with `,` (the port
+    /// replaced by `destination_port` when set).
     pub fn destination(&self) -> String {
-        self.primary()
-            .map(|r| r.targets.iter().map(|c| &*c.endpoint.host_port).collect::<Vec<_>>().join(","))
-            .unwrap_or_default()
+        let Some(r) = self.primary() else { return String::new() };
+        let each = |c: &Candidate| match self.destination_port {
+            Some(port) => crate::endpoints::model::host_port(c.endpoint.address, port),
+            None => c.endpoint.host_port.to_string(),
+        };
+        r.targets.iter().map(each).collect::<Vec<_>>().join(",")
     }
 }
 

@@ -1,5 +1,9 @@
 //! Filters: keep a subset of the candidates.
 
+pub mod by_label;
+pub mod concurrency;
+pub mod label_selector;
+pub mod prefix_affinity;
 pub mod role;
 pub mod utilization;
 

@@ -54,15 +54,19 @@ pub fn build_encode(spec: &PluginSpec, _: &BuildContext) -> Result<PluginInstanc
     build_with(spec, ENCODE, ENCODE_FILTER)
 }
 
+impl RoleFilter {
+    /// True when an endpoint with this role label value (None = unlabelled) is kept.
+    pub fn accepts(&self, role: Option<&str>) -> bool {
+        match role {
+            Some(role) => self.roles.contains(&role),
+            None => self.keep_unlabeled,
+        }
+    }
+}
+
 impl Filter for RoleFilter {
     fn filter(&self, _: &SchedulingContext<'_>, candidates: Vec<Candidate>) -> Vec<Candidate> {
-        candidates
-            .into_iter()
-            .filter(|c| match c.endpoint.label(ROLE_LABEL) {
-                Some(role) => self.roles.contains(&role),
-                None => self.keep_unlabeled,
-            })
-            .collect()
+        candidates.into_iter().filter(|c| self.accepts(c.endpoint.label(ROLE_LABEL))).collect()
     }
 }
 

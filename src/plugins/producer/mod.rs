@@ -1,7 +1,8 @@
 //! Data producers: compute per-request facts once, before any profile runs (token ids, prefix
-//! matches), and passive data-layer/policy plugins that configs name but the scheduler does
-//! not call.
+//! matches, in-flight load), and passive data-layer/policy plugins that configs name but the
+//! scheduler does not call.
 
 pub mod approx_prefix;
+pub mod inflight;
 pub mod passive;
 pub mod token;

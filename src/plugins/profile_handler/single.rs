@@ -32,6 +32,6 @@ impl ProfileHandler for SingleProfileHandler {
         let Some((name, result)) = ok.next() else {
             return Err(ScheduleError::NoResult { reason: "the scheduling profile found no endpoint".into() });
         };
-        Ok(SchedulingResult { primary_profile: name.clone(), profiles: vec![(name, result)] })
+        Ok(SchedulingResult::new(name.clone(), vec![(name, result)]))
     }
 }

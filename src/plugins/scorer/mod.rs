@@ -1,9 +1,24 @@
 //! Scorers: map each candidate to [0, 1] (higher is better). The engine multiplies by the
 //! profile weight and sums.
 
+pub mod active_request;
+pub mod context_length;
 pub mod kv_utilization;
+pub mod load_aware;
+pub mod lora;
+pub mod no_hit_lru;
 pub mod prefix_cache;
 pub mod queue;
+pub mod running;
+pub mod session_affinity;
+pub mod token_load;
+
+use crate::plugins::PluginName;
+
+/// A `...ProducerName` parameter: empty = the default producer of that kind.
+pub fn producer_name(name: String) -> Option<PluginName> {
+    Some(name).filter(|s| !s.is_empty()).map(PluginName::from)
+}
 
 /// Min-max score of a load figure over the candidates: `(max - v) / (max - min)`, 1.0 for
 /// every candidate when all values are equal.

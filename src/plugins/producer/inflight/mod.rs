@@ -1,0 +1,163 @@
+//! `inflight-load-producer`: tracks the requests and tokens each endpoint is serving for this
+//! EPP and produces `InFlightLoad` (per endpoint) and `UncachedRequestTokens` (what this
+//! request would add to each candidate). The default producer of `DataKey::InFlightLoad`.
+//!
+//! `UncachedRequestTokens(e) = (totalBlocks - matchBlocks(e)) x blockSize + max(0, inputTokens
+//! - totalBlocks x blockSize)`, or `inputTokens` without prefix data; plus, with
+//! `addEstimatedOutputTokens`, `min(round(inputTokens x outputRatio), client max tokens,
+//! maxEstimatedOutputTokens)`. Pre-request: for every profile result, its first target gets
+//! `requests += 1`, `tokens += uncached`. Release: entries of non-primary profiles (prefill,
+//! encode) when the response headers arrive (the first response bytes: prefill is over);
+//! everything at completion. Counters never go below 0.
+//!
+//! Parameters: `addEstimatedOutputTokens` (false), `outputRatio` (1.5, >= 0),
+//! `maxEstimatedOutputTokens` (unset, >= 0), `prefixMatchInfoProducerName` ("" = default
+//! prefix producer), `syncCrossReplicaState` (true; accepted, no effect: one replica).
+//! Not implemented: the `llm_d_epp_inflight_*` gauges.
+
+pub(crate) mod state;
+
+use std::sync::Arc;
+
+use serde::Deserialize;
+
+use crate::endpoints::model::Candidate;
+use crate::plugins::registry::{BuildContext, BuildError, PluginSpec, decode_params};
+use crate::plugins::{DataProducer, PluginInstance, PluginName, PreRequest, ResponseHook};
+use crate::request::InferenceRequest;
+use crate::request::usage::Usage;
+use crate::scheduling::context::{DataKey, SchedulingContext};
+use crate::scheduling::data::{InFlightLoads, PrefixMatches, RequestData};
+use crate::scheduling::result::{HeaderEdits, SchedulingResult};
+use state::Ledger;
+
+/// Type name.
+pub const TYPE: &str = "inflight-load-producer";
+
+/// Parameters.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct Params {
+    /// Add an output-token estimate to the uncached tokens.
+    pub add_estimated_output_tokens: bool,
+    /// Output tokens per input token for the estimate.
+    pub output_ratio: f64,
+    /// Cap of the output estimate.
+    pub max_estimated_output_tokens: Option<i64>,
+    /// Prefix producer to read ("" = default).
+    pub prefix_match_info_producer_name: String,
+    /// Cross-replica sync (accepted; no effect with one replica).
+    pub sync_cross_replica_state: bool,
+}
+
+impl Default for Params {
+    fn default() -> Self {
+        Self { add_estimated_output_tokens: false, output_ratio: 1.5, max_estimated_output_tokens: None, prefix_match_info_producer_name: String::new(), sync_cross_replica_state: true }
+    }
+}
+
+/// The producer and its ledger.
+#[derive(Debug)]
+pub struct InFlightProducer {
+    name: PluginName,
+    prefix_producer: Option<PluginName>,
+    output: Option<(f64, Option<u64>)>,
+    ledger: Ledger,
+}
+
+/// Factory.
+pub fn build(spec: &PluginSpec, _: &BuildContext) -> Result<PluginInstance, BuildError> {
+    let p: Params = decode_params(spec)?;
+    let at = |k: &str| format!("{}.parameters.{k}", spec.path);
+    if !(p.output_ratio >= 0.0 && p.output_ratio.is_finite()) {
+        return Err(BuildError::new(at("outputRatio"), "must be a finite number >= 0"));
+    }
+    let cap = p.max_estimated_output_tokens.map(u64::try_from).transpose().map_err(|_| BuildError::new(at("maxEstimatedOutputTokens"), "must be >= 0"))?;
+    let producer = Arc::new(InFlightProducer::new(
+        spec.name.clone(),
+        Some(p.prefix_match_info_producer_name).filter(|s| !s.is_empty()).map(PluginName::from),
+        p.add_estimated_output_tokens.then_some((p.output_ratio, cap)),
+    ));
+    Ok(PluginInstance::new(spec.name.clone(), TYPE).with_producer(producer.clone()).with_pre_request(producer.clone()).with_response(producer))
+}
+
+/// Tokens the request adds to an endpoint given its prefix match (reference formula).
+pub fn uncached_tokens(input: u64, matches: Option<&PrefixMatches>, endpoint: &str) -> u64 {
+    let Some(m) = matches.filter(|m| m.block_size_tokens > 0) else { return input };
+    let block = m.block_size_tokens as u64;
+    let total = m.total_blocks as u64;
+    let matched = (m.get(endpoint).match_blocks as u64).min(total);
+    (total - matched) * block + input.saturating_sub(total * block)
+}
+
+impl InFlightProducer {
+    /// A producer with an empty ledger; `output` = (ratio, cap) when estimating output.
+    pub fn new(name: PluginName, prefix_producer: Option<PluginName>, output: Option<(f64, Option<u64>)>) -> Self {
+        Self { name, prefix_producer, output, ledger: Ledger::default() }
+    }
+
+    fn output_estimate(&self, request: &InferenceRequest, input: u64) -> u64 {
+        let Some((ratio, cap)) = self.output else { return 0 };
+        let mut estimate = (input as f64 * ratio).round() as u64;
+        if let Some(client) = request.body.as_ref().and_then(|b| b.max_output_tokens) {
+            estimate = estimate.min(client);
+        }
+        cap.map_or(estimate, |c| estimate.min(c))
+    }
+
+    /// Current (requests, tokens) of an endpoint.
+    pub fn load(&self, endpoint: &str) -> (u64, u64) {
+        self.ledger.load(endpoint)
+    }
+}
+
+impl DataProducer for InFlightProducer {
+    fn produces(&self) -> Vec<DataKey> {
+        vec![DataKey::InFlightLoad(Some(self.name.clone()))]
+    }
+
+    fn consumes(&self) -> Vec<DataKey> {
+        vec![DataKey::TokenizedPrompt, DataKey::PrefixCacheMatchInfo(self.prefix_producer.clone())]
+    }
+
+    fn produce(&self, request: &InferenceRequest, candidates: &[Candidate], data: &mut RequestData) {
+        let input = data.tokens.as_ref().map_or(0, |t| t.len() as u64);
+        let output = self.output_estimate(request, input);
+        let matches = data.prefix(self.prefix_producer.as_deref()).cloned();
+        let mut loads = InFlightLoads::default();
+        for c in candidates {
+            loads.uncached_tokens.insert(c.id().clone(), uncached_tokens(input, matches.as_deref(), c.id()) + output);
+            loads.per_endpoint.insert(c.id().clone(), self.ledger.load(c.id()));
+        }
+        data.inflight.push((self.name.clone(), Arc::new(loads)));
+    }
+}
+
+impl PreRequest for InFlightProducer {
+    fn pre_request(&self, cx: &SchedulingContext<'_>, result: &SchedulingResult, _: &mut HeaderEdits) {
+        let loads = cx.data.inflight(Some(&self.name));
+        let entries = result
+            .profiles
+            .iter()
+            .filter_map(|(profile, r)| r.targets.first().map(|t| (profile, t)))
+            .map(|(profile, t)| {
+                let tokens = loads.and_then(|l| l.uncached_tokens.get(t.id()).copied()).unwrap_or(0);
+                (t.id().clone(), tokens, *profile != result.primary_profile)
+            })
+            .collect();
+        self.ledger.add(&cx.request.request_id, entries);
+    }
+}
+
+impl ResponseHook for InFlightProducer {
+    fn on_response_headers(&self, request: &InferenceRequest, _: &SchedulingResult, _: Option<u16>) {
+        self.ledger.release_early(&request.request_id);
+    }
+
+    fn on_response_complete(&self, request: &InferenceRequest, _: &SchedulingResult, _: Option<&Usage>) {
+        self.ledger.release(&request.request_id);
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,80 @@
+//! The in-flight ledger: per-endpoint (requests, tokens) and, per request id, what was added
+//! so it can be released exactly. Short critical sections under one std mutex; no await.
+//! Duplicate request ids (clients may reuse `x-request-id`) queue up and release in order.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+
+use crate::endpoints::model::EndpointId;
+
+/// One addition: endpoint, tokens, and whether it may be released early (non-primary).
+pub type Entry = (EndpointId, u64, bool);
+
+#[derive(Debug, Default)]
+struct Inner {
+    per_endpoint: HashMap<EndpointId, (u64, u64)>,
+    pending: HashMap<String, VecDeque<Vec<Entry>>>,
+}
+
+/// Counters and pending additions.
+#[derive(Debug, Default)]
+pub struct Ledger(Mutex<Inner>);
+
+impl Inner {
+    fn subtract(&mut self, entries: impl IntoIterator<Item = Entry>) {
+        for (id, tokens, _) in entries {
+            if let Some((r, t)) = self.per_endpoint.get_mut(&id) {
+                *r = r.saturating_sub(1);
+                *t = t.saturating_sub(tokens);
+                if *r == 0 && *t == 0 {
+                    self.per_endpoint.remove(&id);
+                }
+            }
+        }
+    }
+}
+
+impl Ledger {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        // A panic while holding the lock cannot leave the counters inconsistent beyond one
+        // request's entry, so keep serving with the data as is.
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// (requests, tokens) in flight on an endpoint.
+    pub fn load(&self, endpoint: &str) -> (u64, u64) {
+        self.lock().per_endpoint.get(endpoint).copied().unwrap_or((0, 0))
+    }
+
+    /// Records a request's additions.
+    pub fn add(&self, request_id: &str, entries: Vec<Entry>) {
+        let mut inner = self.lock();
+        for (id, tokens, _) in &entries {
+            let slot = inner.per_endpoint.entry(id.clone()).or_insert((0, 0));
+            slot.0 += 1;
+            slot.1 += tokens;
+        }
+        inner.pending.entry(request_id.to_string()).or_default().push_back(entries);
+    }
+
+    /// Releases the early-releasable entries (prefill, encode) of the oldest pending
+    /// request with this id.
+    pub fn release_early(&self, request_id: &str) {
+        let mut inner = self.lock();
+        let Some(entries) = inner.pending.get_mut(request_id).and_then(|q| q.front_mut()) else { return };
+        let (early, keep): (Vec<Entry>, Vec<Entry>) = std::mem::take(entries).into_iter().partition(|e| e.2);
+        *entries = keep;
+        inner.subtract(early);
+    }
+
+    /// Releases everything left of the oldest pending request with this id.
+    pub fn release(&self, request_id: &str) {
+        let mut inner = self.lock();
+        let Some(queue) = inner.pending.get_mut(request_id) else { return };
+        let entries = queue.pop_front().unwrap_or_default();
+        if queue.is_empty() {
+            inner.pending.remove(request_id);
+        }
+        inner.subtract(entries);
+    }
+}

@@ -1,0 +1,107 @@
+//! `epp validate`: the corpus under `tests/fixtures/validate/` with asserted findings (path and
+//! severity), and the exit codes and JSON output of the built binary.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use epp::validate::{Finding, Severity, validate_text};
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/validate").join(name)
+}
+
+fn findings(name: &str) -> Vec<Finding> {
+    validate_text(&std::fs::read_to_string(fixture(name)).unwrap())
+}
+
+fn assert_has(all: &[Finding], severity: Severity, path: &str) {
+    assert!(all.iter().any(|f| f.severity == severity && f.path == path), "no {severity:?} at {path} in {all:#?}");
+}
+
+const INLINE: &str = "spec.router.scheduler.config.inline";
+
+#[test]
+fn production_pd_manifest_is_clean() {
+    let all = findings("pd-glm-ok.yaml");
+    assert!(all.is_empty(), "{all:#?}");
+}
+
+#[test]
+fn broken_pd_manifest_reports_every_pitfall() {
+    let all = findings("pd-glm-broken.yaml");
+    assert_has(&all, Severity::Error, "spec.router.route.http.spec.rules");
+    assert_has(&all, Severity::Error, "spec.worker.initContainers");
+    assert_has(&all, Severity::Error, "spec.prefill.replicas");
+    assert_has(&all, Severity::Error, "spec.prefill.scaling.wva");
+    assert_has(&all, Severity::Error, "spec.prefill.scaling.wva.keda.idleReplicaCount");
+    assert_has(&all, Severity::Error, "spec.prefill.template.containers.args");
+    assert_has(&all, Severity::Error, &format!("{INLINE}.plugins[2].parameters.profiles.decode"));
+    assert_has(&all, Severity::Warning, &format!("{INLINE}.plugins[5]"));
+}
+
+#[test]
+fn kserve_precise_sample_flags_the_undeclared_ref_with_a_suggestion() {
+    let all = findings("kserve-precise-sample.yaml");
+    let path = format!("{INLINE}.schedulingProfiles[default].plugins[2].pluginRef");
+    let f = all.iter().find(|f| f.path == path).unwrap_or_else(|| panic!("{all:#?}"));
+    assert_eq!(f.severity, Severity::Error);
+    assert!(f.fix.contains("precise-prefix-cache-scorer"), "{f:?}");
+    assert_has(&all, Severity::Warning, "spec.template.containers.args");
+    // blockSize 64 = --block-size 64 and hashSeed 42 = PYTHONHASHSEED: no drift findings.
+    assert!(!all.iter().any(|f| f.path.ends_with("tokenProcessorConfig.blockSize") || f.path.ends_with("tokenProcessorConfig.hashSeed")), "{all:#?}");
+}
+
+#[test]
+fn precise_drift_is_reported_from_raw_parameters() {
+    let all = findings("precise-mismatch.yaml");
+    let tp = format!("{INLINE}.plugins[0].parameters.tokenProcessorConfig");
+    assert_has(&all, Severity::Warning, &format!("{tp}.blockSize"));
+    assert_has(&all, Severity::Warning, &format!("{tp}.hashSeed"));
+    assert_has(&all, Severity::Error, &format!("{tp}.hashAlgorithm"));
+    assert_has(&all, Severity::Error, "spec.template.containers.args");
+    let ev = format!("{INLINE}.plugins[0].parameters.kvEventsConfig");
+    assert_has(&all, Severity::Error, &format!("{ev}.podDiscoveryConfig.socketPort"));
+    assert_has(&all, Severity::Error, &format!("{ev}.topicFilter"));
+}
+
+#[test]
+fn scaling_rules() {
+    let all = findings("scaling-broken.yaml");
+    assert_has(&all, Severity::Error, "spec.scaling.wva");
+    assert_has(&all, Severity::Error, "spec.prefill.scaling.wva.keda.idleReplicaCount");
+}
+
+#[test]
+fn configs_and_multi_document_files() {
+    let all = findings("config-broken.yaml");
+    let f = all.iter().find(|f| f.path == "plugins[1].parameters.deciders.prefill").unwrap_or_else(|| panic!("{all:#?}"));
+    assert!(f.message.contains("prefix-based-pd-decider"));
+    let all = findings("multi-doc.yaml");
+    assert_eq!(all.len(), 1, "{all:#?}");
+    assert_eq!((all[0].document, all[0].path.as_str()), (1, "spec.worker.initContainers"));
+}
+
+fn epp(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_epp")).args(args).output().expect("run epp")
+}
+
+#[test]
+fn exit_codes_and_json_output() {
+    let ok = fixture("pd-glm-ok.yaml");
+    let broken = fixture("pd-glm-broken.yaml");
+    let out = epp(&["validate", ok.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
+    let out = epp(&["validate", ok.to_str().unwrap(), broken.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let out = epp(&["validate", "--output", "json", broken.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json on stdout");
+    let items = json.as_array().unwrap();
+    assert!(items.iter().any(|i| i["severity"] == "error" && i["path"] == "spec.worker.initContainers" && i["file"].as_str().is_some_and(|f| f.ends_with("pd-glm-broken.yaml"))));
+    // Warnings alone do not fail.
+    let dir = tempfile::tempdir().unwrap();
+    let warn_only = dir.path().join("w.yaml");
+    std::fs::write(&warn_only, "apiVersion: v1\nkind: ConfigMap\n").unwrap();
+    assert_eq!(epp(&["validate", warn_only.to_str().unwrap()]).status.code(), Some(0));
+    assert_ne!(epp(&["validate", "/nonexistent/file.yaml"]).status.code(), Some(0));
+}
