@@ -25,6 +25,7 @@ use crate::endpoints::store::EndpointStore;
 use crate::endpoints::vllm_metrics::{BUILTIN_ENGINES, builtin_engine};
 use crate::extproc::service::{ExtProcOptions, ExtProcService, Shared};
 use crate::plugins::registry::{BuildContext, PluginMetrics, builtin};
+use crate::plugins::{BackgroundService, ServiceContext};
 use crate::proto::ext_proc::external_processor_server::ExternalProcessorServer;
 use crate::scheduling::metrics::SchedulerMetrics;
 use crate::telemetry::metrics::RequestMetrics;
@@ -100,6 +101,7 @@ pub struct App {
     pub registry: prometheus::Registry,
     cancel: CancellationToken,
     tasks: JoinSet<()>,
+    services: Vec<Arc<dyn BackgroundService>>,
 }
 
 /// Loads and validates a config (or the default) against the built-in registry.
@@ -126,6 +128,7 @@ impl App {
             info!(default = %note, "Config default injected");
         }
         let scrape = scrape_config(&settings, &loaded);
+        let services: Vec<Arc<dyn BackgroundService>> = loaded.plugins.iter().filter_map(|p| p.background.clone()).collect();
         let shared = Arc::new(Shared {
             scheduler: ArcSwap::from_pointee(loaded.scheduler),
             store: store.clone(),
@@ -188,7 +191,22 @@ impl App {
         }
         tasks.spawn(run_scrapers(store.clone(), Arc::new(scrape), scrape_metrics, cancel.clone()));
         info!(%grpc_addr, %health_addr, %metrics_addr, tls = settings.secure_serving, "epp serving");
-        Ok(Self { grpc_addr, health_addr, metrics_addr, store, registry, cancel, tasks })
+        for service in &services {
+            let cx = ServiceContext { endpoints: store.clone(), cancel: cancel.clone() };
+            if let Err(error) = service.start(cx).await {
+                cancel.cancel();
+                anyhow::bail!("starting a plugin's background service failed: {error}");
+            }
+        }
+        Ok(Self { grpc_addr, health_addr, metrics_addr, store, registry, cancel, tasks, services })
+    }
+
+    /// Barrier: resolves once every plugin background service (e.g. KV-event subscribers) has
+    /// applied everything it received so far.
+    pub async fn flush(&self) {
+        for service in &self.services {
+            service.flush().await;
+        }
     }
 
     /// A token that stops the app when cancelled.

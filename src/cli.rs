@@ -58,6 +58,13 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 20_000)]
         iterations: usize,
     },
+    /// Replays a KV-event workload written by `workload.py` into the prefix index, checking
+    /// every query answer (exit code 1 on a mismatch).
+    Index {
+        /// Directory with the workload files.
+        #[arg(long)]
+        workload: PathBuf,
+    },
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {

@@ -14,6 +14,11 @@ pub fn run(what: BenchCommand) -> anyhow::Result<()> {
             let report = decision::run(body_bytes, endpoints, iterations)?;
             println!("{}", serde_json::to_string(&report)?);
         }
+        BenchCommand::Index { workload } => {
+            let report = crate::kvcache::run_index_bench(&workload)?;
+            println!("{}", serde_json::to_string(&report)?);
+            anyhow::ensure!(report.mismatches == 0, "{} answers differed from the expected files", report.mismatches);
+        }
     }
     Ok(())
 }

@@ -108,6 +108,27 @@ pub trait Decider: Send + Sync + fmt::Debug {
     fn disaggregate(&self, cx: &SchedulingContext<'_>, decode_endpoint: Option<&Candidate>) -> bool;
 }
 
+/// What a background service gets when the app starts it.
+#[derive(Clone, Debug)]
+pub struct ServiceContext {
+    /// The endpoint store (to follow endpoints as they come and go).
+    pub endpoints: crate::endpoints::store::EndpointStore,
+    /// Stops the service.
+    pub cancel: tokio_util::sync::CancellationToken,
+}
+
+/// Boxed future of a background service call.
+pub type ServiceFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
+
+/// A plugin's long-running work (sockets, tasks), started once by the app after the config
+/// loaded. Scheduling calls never wait for it.
+pub trait BackgroundService: Send + Sync + fmt::Debug {
+    /// Starts the service; an error aborts startup with a clear message.
+    fn start(&self, cx: ServiceContext) -> ServiceFuture<'_, Result<(), String>>;
+    /// Barrier: resolves once everything received so far has been applied (tests, benches).
+    fn flush(&self) -> ServiceFuture<'_, ()>;
+}
+
 /// Declares data a plugin consumes (scorers, filters, handlers), so the loader can create
 /// default producers and reject references to producers that do not exist.
 pub trait Consumer: Send + Sync + fmt::Debug {
@@ -142,6 +163,8 @@ pub struct PluginInstance {
     pub saturation: Option<Arc<dyn SaturationDetector>>,
     /// Decider role (referred to by name from a profile handler's parameters).
     pub decider: Option<Arc<dyn Decider>>,
+    /// Background work the app starts after loading (e.g. KV-event subscriptions).
+    pub background: Option<Arc<dyn BackgroundService>>,
     /// A data-layer or policy plugin that the scheduler itself does not call (metrics
     /// sources, extractors, parsers, flow-control policies).
     pub passive: bool,
@@ -163,6 +186,7 @@ impl PluginInstance {
             consumer: None,
             saturation: None,
             decider: None,
+            background: None,
             passive: false,
         }
     }
@@ -215,6 +239,11 @@ impl PluginInstance {
     /// Adds the decider role.
     pub fn with_decider(mut self, p: Arc<dyn Decider>) -> Self {
         self.decider = Some(p);
+        self
+    }
+    /// Adds a background service.
+    pub fn with_background(mut self, p: Arc<dyn BackgroundService>) -> Self {
+        self.background = Some(p);
         self
     }
     /// Marks the plugin as passive (data layer / policy).

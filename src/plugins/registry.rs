@@ -99,6 +99,8 @@ pub struct PluginMetrics {
     pub disagg_decisions: IntCounterVec,
     /// Deprecated twin `llm_d_inference_scheduler_disagg_decision_total{model_name, decision_type}`.
     pub disagg_decisions_legacy: IntCounterVec,
+    /// KV-event and precise index series (`epp_kv_*`).
+    pub kv: std::sync::Arc<crate::kvcache::KvCacheMetrics>,
 }
 
 impl PluginMetrics {
@@ -142,6 +144,7 @@ impl PluginMetrics {
                 "Deprecated twin of llm_d_epp_disagg_decision_total.",
                 &["model_name", "decision_type"],
             )?,
+            kv: std::sync::Arc::new(crate::kvcache::KvCacheMetrics::register(registry)?),
         })
     }
 }
@@ -239,6 +242,8 @@ pub fn builtin() -> Registry {
         .add(scorer::session_affinity::TYPE, scorer::session_affinity::build)
         .add(scorer::context_length::TYPE, scorer::context_length::build)
         .add(producer::approx_prefix::TYPE, producer::approx_prefix::build)
+        .add(producer::precise_prefix::TYPE, producer::precise_prefix::build)
+        .add(scorer::precise_prefix::TYPE, scorer::precise_prefix::build)
         .add(producer::token::TYPE, producer::token::build)
         .add(producer::inflight::TYPE, producer::inflight::build)
         .add(filter::utilization::TYPE, filter::utilization::build)

@@ -5,4 +5,5 @@
 pub mod approx_prefix;
 pub mod inflight;
 pub mod passive;
+pub mod precise_prefix;
 pub mod token;

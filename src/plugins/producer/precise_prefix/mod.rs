@@ -1,0 +1,176 @@
+//! `precise-prefix-cache-producer`: produces `PrefixCacheMatchInfo` from what the engines
+//! report. A background service subscribes to vLLM's ZeroMQ KV events (central or
+//! pod-discovery mode, following the endpoint store) and applies them to a sharded
+//! `kvcache::PrefixIndex`; per request the prompt's tokens (`TokenizedPrompt`) become block
+//! keys (epp's request keys, or vLLM's own hashes when `hashAlgorithm` names a vLLM
+//! algorithm) and one index lookup gives every endpoint's longest cached prefix, weighted by
+//! tier (gpu 1.0, cpu 0.8). Endpoints leaving the store are purged from the index.
+//!
+//! Parameters: see `params` (llm-d's schema: `tokenProcessorConfig`, `indexerConfig`,
+//! `kvCacheBackendConfigs`, `kvEventsConfig`, `speculativeIndexing`, `speculativeTTL`).
+
+pub mod params;
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::watch;
+
+use crate::endpoints::model::Candidate;
+use crate::endpoints::store::EndpointStore;
+use crate::kvcache::hashing::HashExtras;
+use crate::kvcache::index::KeyMode;
+use crate::kvcache::{DriftDetector, KvCacheMetrics, KvEventSource, PrefixIndex, Subscriber, SubscriberConfig, SubscriberHandle};
+use crate::plugins::registry::{BuildContext, BuildError, PluginSpec, decode_params};
+use crate::plugins::{BackgroundService, DataProducer, PluginInstance, PluginName, ServiceContext, ServiceFuture};
+use crate::request::InferenceRequest;
+use crate::scheduling::context::DataKey;
+use crate::scheduling::data::{MatchInfo, PrefixMatches, RequestData};
+use params::{Derived, Params};
+
+/// Type name.
+pub const TYPE: &str = "precise-prefix-cache-producer";
+
+/// The producer, its index and its subscription.
+#[derive(Debug)]
+pub struct PrecisePrefixProducer {
+    name: PluginName,
+    index: Arc<PrefixIndex>,
+    metrics: Arc<KvCacheMetrics>,
+    derived: Derived,
+    subscriber: Mutex<Option<Arc<SubscriberHandle>>>,
+}
+
+/// Builds the producer from already decoded parameters (shared with the scorer shim).
+pub fn build_producer(spec: &PluginSpec, params: &Params, cx: &BuildContext) -> Result<Arc<PrecisePrefixProducer>, BuildError> {
+    let derived = params.derive().map_err(|(path, message)| BuildError::new(format!("{}.parameters.{path}", spec.path), message))?;
+    Ok(Arc::new(PrecisePrefixProducer {
+        name: spec.name.clone(),
+        index: Arc::new(PrefixIndex::new(derived.index.clone())),
+        metrics: cx.metrics.kv.clone(),
+        derived,
+        subscriber: Mutex::new(None),
+    }))
+}
+
+/// Factory.
+pub fn build(spec: &PluginSpec, cx: &BuildContext) -> Result<PluginInstance, BuildError> {
+    let params: Params = decode_params(spec)?;
+    if params.indexer_config.tokenizers_pool_config.is_some() {
+        return Err(BuildError::new(
+            format!("{}.parameters.indexerConfig.tokenizersPoolConfig", spec.path),
+            "not accepted here: configure a token-producer for real token ids",
+        ));
+    }
+    let producer = build_producer(spec, &params, cx)?;
+    Ok(PluginInstance::new(spec.name.clone(), TYPE).with_producer(producer.clone()).with_background(producer))
+}
+
+impl PrecisePrefixProducer {
+    /// The index (read-only use: lookups, sizes).
+    pub fn index(&self) -> &Arc<PrefixIndex> {
+        &self.index
+    }
+
+    fn keys(&self, request: &InferenceRequest, tokens: &[u32]) -> Vec<u64> {
+        let model = request.target_model.as_str();
+        let salt = request.body.as_ref().and_then(|b| b.cache_salt.as_deref());
+        match (&self.derived.index.key_mode, &self.derived.engine_hasher) {
+            (KeyMode::Request { keyer, block_size }, _) => keyer.prompt_keys(model, salt, tokens, *block_size),
+            (KeyMode::Engine { block_size, .. }, Some(hasher)) => hasher.block_hashes_u64(tokens, *block_size, &HashExtras { lora: None, cache_salt: salt }),
+            (KeyMode::Engine { .. }, None) => Vec::new(),
+        }
+    }
+}
+
+impl DataProducer for PrecisePrefixProducer {
+    fn produces(&self) -> Vec<DataKey> {
+        vec![DataKey::PrefixCacheMatchInfo(Some(self.name.clone()))]
+    }
+
+    fn consumes(&self) -> Vec<DataKey> {
+        vec![DataKey::TokenizedPrompt]
+    }
+
+    fn produce(&self, request: &InferenceRequest, candidates: &[Candidate], data: &mut RequestData) {
+        let Some(tokens) = data.tokens.clone() else { return };
+        let keys = self.keys(request, &tokens);
+        let wanted: HashSet<&str> = candidates.iter().map(|c| &*c.endpoint.id).collect();
+        let per_endpoint = self
+            .metrics
+            .timed_lookup(&self.index, &keys)
+            .into_iter()
+            .filter(|m| wanted.contains(&*m.endpoint))
+            .map(|m| (m.endpoint, MatchInfo { match_blocks: m.blocks, weighted_blocks: m.weighted }))
+            .collect();
+        let matches = PrefixMatches { block_size_tokens: self.derived.block_size, total_blocks: keys.len(), keys: keys.into(), per_endpoint };
+        data.prefix.push((self.name.clone(), Arc::new(matches)));
+    }
+}
+
+/// The endpoint list as KV-event sources.
+fn sources(store: &EndpointStore) -> Vec<KvEventSource> {
+    store
+        .snapshot()
+        .entries
+        .iter()
+        .map(|e| KvEventSource {
+            name: e.endpoint.id.clone(),
+            address: e.endpoint.address,
+            port: e.endpoint.port,
+            rank: e.endpoint.rank,
+            kv_events_endpoint: e.endpoint.kv_events_endpoint.clone(),
+        })
+        .collect()
+}
+
+/// Follows the store: publishes sources to the subscriber and purges departed endpoints.
+async fn follow_endpoints(store: EndpointStore, tx: watch::Sender<Vec<KvEventSource>>, index: Arc<PrefixIndex>, metrics: Arc<KvCacheMetrics>, cancel: tokio_util::sync::CancellationToken) {
+    let mut changes = store.subscribe();
+    let mut known: HashSet<Arc<str>> = tx.borrow().iter().map(|s| s.name.clone()).collect();
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            changed = changes.changed() => if changed.is_err() { return },
+        }
+        let now = sources(&store);
+        let names: HashSet<Arc<str>> = now.iter().map(|s| s.name.clone()).collect();
+        for gone in known.difference(&names) {
+            index.remove_endpoint(gone);
+            metrics.forget_endpoint(gone);
+            tracing::info!(endpoint = %gone, "Endpoint left: its KV cache entries were purged");
+        }
+        known = names;
+        if tx.send(now).is_err() {
+            return;
+        }
+    }
+}
+
+impl BackgroundService for PrecisePrefixProducer {
+    fn start(&self, cx: ServiceContext) -> ServiceFuture<'_, Result<(), String>> {
+        Box::pin(async move {
+            let (tx, rx) = watch::channel(sources(&cx.endpoints));
+            let drift = match &self.derived.drift {
+                Some(d) => Some(Arc::new(DriftDetector::try_new(d.clone()).map_err(|e| format!("{}: drift detection: {e}", self.name))?)),
+                None => None,
+            };
+            let config: SubscriberConfig = self.derived.subscriber.clone();
+            let handle = Subscriber::spawn(config, self.index.clone(), self.metrics.clone(), drift, rx, cx.cancel.clone())
+                .await
+                .map_err(|e| format!("{}: {e}", self.name))?;
+            tokio::spawn(follow_endpoints(cx.endpoints.clone(), tx, self.index.clone(), self.metrics.clone(), cx.cancel.clone()));
+            *self.subscriber.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(handle));
+            Ok(())
+        })
+    }
+
+    fn flush(&self) -> ServiceFuture<'_, ()> {
+        let handle = self.subscriber.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        Box::pin(async move {
+            if let Some(h) = handle {
+                h.flush().await;
+            }
+        })
+    }
+}

@@ -1,0 +1,231 @@
+//! Parameters of `precise-prefix-cache-producer` (and of the deprecated
+//! `precise-prefix-cache-scorer` shim), mirroring llm-d's schema, and their translation into
+//! the index, subscriber and drift settings of `kvcache`.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::kvcache::index::{IndexConfig, KeyMode, TierWeights};
+use crate::kvcache::{DriftConfig, HashAlgo, RequestKeyAlgo, RequestKeyer, SubscriberConfig, VllmHasher, VllmVersion};
+
+/// Top-level parameters.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct Params {
+    /// Block size, hash seed and algorithm.
+    pub token_processor_config: TokenProcessorConfig,
+    /// Index back-end.
+    pub indexer_config: IndexerConfig,
+    /// Tier weights (also accepted under `indexerConfig`).
+    pub kv_cache_backend_configs: Option<Vec<BackendWeight>>,
+    /// KV-event subscription.
+    pub kv_events_config: KvEventsConfig,
+    /// Record request keys on the chosen endpoint before events confirm them.
+    pub speculative_indexing: bool,
+    /// Lifetime of speculative entries.
+    #[serde(rename = "speculativeTTL")]
+    pub speculative_ttl: Option<String>,
+}
+
+/// `tokenProcessorConfig`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct TokenProcessorConfig {
+    /// Block size in tokens (default 16).
+    pub block_size_tokens: Option<usize>,
+    /// Deprecated alias of `blockSizeTokens`.
+    pub block_size: Option<usize>,
+    /// Seed string of the keys (llm-d `hashSeed`; for vLLM algorithms: `PYTHONHASHSEED`).
+    pub hash_seed: String,
+    /// `""`/`cbor-fnv`/`xxh64` (epp's request keys) or a vLLM algorithm (`sha256`,
+    /// `sha256_cbor`, `xxhash`, `xxhash_cbor`: the engine's own hashes are the keys).
+    pub hash_algorithm: String,
+    /// epp extension: the vLLM release (NONE_HASH rules) for engine keys and drift checks.
+    pub vllm_version: Option<String>,
+}
+
+/// `indexerConfig`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct IndexerConfig {
+    /// Back-end selection.
+    pub kv_block_index_config: KvBlockIndexConfig,
+    /// Tier weights.
+    pub kv_cache_backend_configs: Option<Vec<BackendWeight>>,
+    /// Tokenizer pool (only the deprecated scorer shim accepts it; ignored there).
+    pub tokenizers_pool_config: Option<serde_json::Value>,
+}
+
+/// `kvBlockIndexConfig`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct KvBlockIndexConfig {
+    /// In-memory index.
+    pub in_memory_config: Option<InMemoryConfig>,
+    /// Cost-aware index (not available: rejected).
+    pub cost_aware_memory_config: Option<serde_json::Value>,
+    /// Redis index (not available: rejected).
+    pub redis_config: Option<serde_json::Value>,
+    /// Index metrics (always on in epp).
+    pub enable_metrics: bool,
+    /// Accepted for compatibility.
+    pub metrics_logging_interval: Option<serde_json::Value>,
+}
+
+/// `inMemoryConfig`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct InMemoryConfig {
+    /// Maximum keys.
+    pub size: Option<usize>,
+    /// Endpoints per key in llm-d's layout (accepted; epp stores holders compactly).
+    pub pod_cache_size: Option<usize>,
+}
+
+/// `{name, weight}` of a KV tier.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackendWeight {
+    /// `gpu`, `cpu`, ...
+    pub name: String,
+    /// Score weight.
+    pub weight: f64,
+}
+
+/// `kvEventsConfig`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct KvEventsConfig {
+    /// Central mode: bind one SUB socket here.
+    pub zmq_endpoint: String,
+    /// Topic prefix.
+    pub topic_filter: String,
+    /// Worker shards.
+    pub concurrency: usize,
+    /// `vllm` (or empty).
+    pub engine_type: String,
+    /// One SUB socket per endpoint.
+    pub discover_pods: Option<bool>,
+    /// Pod-discovery ports.
+    pub pod_discovery_config: PodDiscoveryConfig,
+}
+
+impl Default for KvEventsConfig {
+    fn default() -> Self {
+        Self { zmq_endpoint: String::new(), topic_filter: "kv@".into(), concurrency: 4, engine_type: String::new(), discover_pods: None, pod_discovery_config: PodDiscoveryConfig::default() }
+    }
+}
+
+/// `podDiscoveryConfig`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct PodDiscoveryConfig {
+    /// Publisher port of rank 0.
+    pub socket_port: u16,
+    /// Replay ROUTER port of rank 0 (0 = no replay).
+    pub replay_socket_port: u16,
+    /// Vestigial in llm-d; accepted.
+    pub pod_label_selector: String,
+    /// Vestigial in llm-d; accepted.
+    pub pod_namespace: String,
+}
+
+impl Default for PodDiscoveryConfig {
+    fn default() -> Self {
+        Self { socket_port: 5557, replay_socket_port: 0, pod_label_selector: String::new(), pod_namespace: String::new() }
+    }
+}
+
+/// Settings derived from the parameters.
+#[derive(Debug)]
+pub struct Derived {
+    /// Index settings.
+    pub index: IndexConfig,
+    /// Subscriber settings.
+    pub subscriber: SubscriberConfig,
+    /// Drift check, when a vLLM algorithm is stated.
+    pub drift: Option<DriftConfig>,
+    /// Request-side hasher in engine-key mode.
+    pub engine_hasher: Option<VllmHasher>,
+    /// Block size used to cut prompts.
+    pub block_size: usize,
+    /// `speculativeTTL` as given (validated; used once speculative indexing exists).
+    pub speculative_ttl: Option<Duration>,
+}
+
+fn vllm_algo(name: &str) -> Option<HashAlgo> {
+    HashAlgo::ALL.into_iter().find(|a| a.as_str() == name)
+}
+
+impl Params {
+    /// Validates and translates; errors name the parameter (relative path, message).
+    pub fn derive(&self) -> Result<Derived, (String, String)> {
+        let tp = &self.token_processor_config;
+        let block_size = tp.block_size_tokens.or(tp.block_size).unwrap_or(16);
+        if block_size == 0 {
+            return Err(("tokenProcessorConfig.blockSizeTokens".into(), "must be > 0".into()));
+        }
+        let kb = &self.indexer_config.kv_block_index_config;
+        if kb.redis_config.is_some() || kb.cost_aware_memory_config.is_some() {
+            return Err(("indexerConfig.kvBlockIndexConfig".into(), "only inMemoryConfig is available in this build (redisConfig and costAwareMemoryConfig are not)".into()));
+        }
+        let version = match &tp.vllm_version {
+            Some(v) => v.parse::<VllmVersion>().map_err(|e| ("tokenProcessorConfig.vllmVersion".to_string(), e.to_string()))?,
+            None => VllmVersion::CURRENT,
+        };
+        let seed = Some(tp.hash_seed.as_str()).filter(|s| !s.is_empty());
+        let (key_mode, engine_hasher, drift) = match vllm_algo(&tp.hash_algorithm) {
+            Some(algo) => {
+                let hasher = VllmHasher::try_new(algo, seed, version).map_err(|e| ("tokenProcessorConfig.hashSeed".to_string(), e.to_string()))?;
+                let drift = DriftConfig { algo, pythonhashseed: seed.map(str::to_string), block_size, vllm_version: version, sample_every: 16 };
+                (KeyMode::Engine { hasher: Some(hasher.clone()), block_size }, Some(hasher), Some(drift))
+            }
+            None => {
+                let algo: RequestKeyAlgo = tp.hash_algorithm.parse().map_err(|e: crate::kvcache::keys::UnknownKeyAlgo| {
+                    ("tokenProcessorConfig.hashAlgorithm".to_string(), format!("{e}; or a vLLM algorithm: sha256, sha256_cbor, xxhash, xxhash_cbor"))
+                })?;
+                (KeyMode::Request { keyer: RequestKeyer::new(algo, &tp.hash_seed), block_size }, None, None)
+            }
+        };
+        let mut weights = TierWeights::default();
+        for (i, b) in self.kv_cache_backend_configs.iter().chain(self.indexer_config.kv_cache_backend_configs.iter()).flatten().enumerate() {
+            let tier = match b.name.as_str() {
+                "gpu" => 0,
+                "cpu" => 1,
+                other => return Err((format!("kvCacheBackendConfigs[{i}].name"), format!("unknown tier {other:?} (gpu, cpu)"))),
+            };
+            if !(b.weight.is_finite() && b.weight >= 0.0) {
+                return Err((format!("kvCacheBackendConfigs[{i}].weight"), "must be a finite number >= 0".into()));
+            }
+            weights.0[tier] = b.weight;
+        }
+        let mut index = IndexConfig { key_mode, tier_weights: weights, ..IndexConfig::default() };
+        if let Some(size) = kb.in_memory_config.as_ref().and_then(|m| m.size) {
+            index.capacity = size.max(1);
+        }
+        let ev = &self.kv_events_config;
+        if !ev.engine_type.is_empty() && ev.engine_type != "vllm" {
+            return Err(("kvEventsConfig.engineType".into(), format!("unsupported engine {:?} (vllm)", ev.engine_type)));
+        }
+        let central = Some(ev.zmq_endpoint.clone()).filter(|e| !e.is_empty());
+        let subscriber = SubscriberConfig {
+            zmq_endpoint: central.clone(),
+            topic_filter: ev.topic_filter.clone(),
+            concurrency: ev.concurrency.max(1),
+            // llm-d: pod discovery defaults on; a central endpoint alone means central mode.
+            discover_pods: ev.discover_pods.unwrap_or(central.is_none()),
+            socket_port: ev.pod_discovery_config.socket_port,
+            replay_socket_port: Some(ev.pod_discovery_config.replay_socket_port).filter(|p| *p > 0),
+            ..SubscriberConfig::default()
+        };
+        if self.speculative_indexing {
+            return Err(("speculativeIndexing".into(), "speculative indexing is not available in this build; KV events confirm blocks within milliseconds".into()));
+        }
+        let speculative_ttl = match self.speculative_ttl.as_deref() {
+            Some(s) => Some(humantime::parse_duration(s).map_err(|e| ("speculativeTTL".to_string(), e.to_string()))?),
+            None => None,
+        };
+        Ok(Derived { index, subscriber, drift, engine_hasher, block_size, speculative_ttl })
+    }
+}

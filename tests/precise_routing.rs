@@ -1,0 +1,150 @@
+//! Precise prefix routing end to end: real ZeroMQ PUB sockets (one per fake vLLM pod, found
+//! through `kvEventsEndpoint` in pod-discovery mode) publish vLLM 0.33-format KV events to
+//! the real epp; a completions request given as token ids lands on the pod holding its
+//! prefix, and stops preferring it after that pod reports `AllBlocksCleared`.
+
+mod common;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use rmpv::Value;
+use zeromq::{PubSocket, Socket, SocketSend, ZmqMessage};
+
+const BLOCK: usize = 16;
+
+fn tokens() -> Vec<u32> {
+    (1000..1000 + 4 * BLOCK as u32).collect()
+}
+
+fn map(pairs: Vec<(&str, Value)>) -> Value {
+    Value::Map(pairs.into_iter().map(|(k, v)| (Value::from(k), v)).collect())
+}
+
+fn batch(events: Vec<Value>) -> Bytes {
+    let v = Value::Array(vec![Value::F64(1_767_225_600.0), Value::Array(events), Value::Nil]);
+    let mut out = Vec::new();
+    rmpv::encode::write_value(&mut out, &v).expect("encode");
+    Bytes::from(out)
+}
+
+fn stored(tokens: &[u32]) -> Value {
+    let hashes = (0..tokens.len() / BLOCK).map(|i| Value::from(0xA000_u64 + i as u64)).collect();
+    map(vec![
+        ("type", Value::from("BlockStored")),
+        ("block_hashes", Value::Array(hashes)),
+        ("parent_block_hash", Value::Nil),
+        ("token_ids", Value::Array(tokens.iter().map(|t| Value::from(*t)).collect())),
+        ("block_size", Value::from(BLOCK as u64)),
+        ("medium", Value::from("GPU")),
+    ])
+}
+
+fn cleared() -> Value {
+    map(vec![("type", Value::from("AllBlocksCleared"))])
+}
+
+struct Pod {
+    metrics: FakeVllm,
+    publisher: PubSocket,
+    endpoint: String,
+    seq: u64,
+}
+
+impl Pod {
+    async fn start(ip: [u8; 4]) -> Self {
+        let metrics = FakeVllm::start(ip, 0, 0, 0.2).await;
+        let mut publisher = PubSocket::new();
+        let endpoint = publisher.bind("tcp://127.0.0.1:0").await.expect("bind PUB").to_string();
+        Self { metrics, publisher, endpoint, seq: 0 }
+    }
+
+    async fn publish(&mut self, payload: Bytes) {
+        let topic = format!("kv@{}@m", self.metrics.addr);
+        let frames = vec![Bytes::from(topic), Bytes::copy_from_slice(&self.seq.to_be_bytes()), payload];
+        self.seq += 1;
+        self.publisher.send(ZmqMessage::try_from(frames).expect("frames")).await.expect("send");
+    }
+}
+
+fn endpoints_with_kv(pods: &[(&str, &Pod)]) -> String {
+    let mut s = String::from("endpoints:\n");
+    for (name, pod) in pods {
+        s.push_str(&format!(
+            "  - name: {name}\n    address: \"{}\"\n    port: {}\n    kvEventsEndpoint: \"{}\"\n",
+            pod.metrics.addr.ip(),
+            pod.metrics.addr.port(),
+            pod.endpoint
+        ));
+    }
+    s
+}
+
+const CONFIG: &str = r#"
+apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: precise-prefix-cache-producer
+  parameters:
+    tokenProcessorConfig: {blockSizeTokens: 16}
+    kvEventsConfig: {discoverPods: true}
+- type: prefix-cache-scorer
+  parameters: {prefixMatchInfoProducerName: precise-prefix-cache-producer}
+- type: queue-scorer
+schedulingProfiles:
+- name: default
+  plugins:
+  - {pluginRef: prefix-cache-scorer, weight: 3}
+  - {pluginRef: queue-scorer, weight: 1}
+"#;
+
+fn metric(text: &str, prefix: &str) -> f64 {
+    text.lines().filter(|l| l.starts_with(prefix)).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
+}
+
+/// Publishes `payload` until the subscriber has applied a message counted by `counter`
+/// (ZeroMQ drops messages sent before a subscription is established: the slow-joiner
+/// problem). Bounded; each round ends with the app's flush barrier.
+async fn deliver(epp: &TestEpp, pod: &mut Pod, payload: Bytes, counter: &str) {
+    let before = metric(&scrape(epp.app.metrics_addr).await, counter);
+    for _ in 0..200 {
+        pod.publish(payload.clone()).await;
+        epp.app.flush().await;
+        if metric(&scrape(epp.app.metrics_addr).await, counter) > before {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await; // wait for the SUB socket to join
+    }
+    panic!("KV event never delivered");
+}
+
+async fn route(epp: &TestEpp) -> String {
+    let mut client = epp.client().await;
+    let mut ex = Exchange::open(&mut client).await;
+    let body = serde_json::to_vec(&serde_json::json!({"model": "m", "prompt": tokens()})).unwrap();
+    ex.send(request_headers("/v1/completions", &[], false, Some((FULL_DUPLEX, FULL_DUPLEX)))).await;
+    ex.send(request_body(&body, true)).await;
+    set_header(&ex.next().await, "x-gateway-destination-endpoint").expect("destination")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn token_prompt_follows_kv_events_and_forgets_after_clear() {
+    let a = Pod::start([127, 0, 0, 30]).await;
+    let mut b = Pod::start([127, 0, 0, 31]).await;
+    let c = Pod::start([127, 0, 0, 32]).await;
+    let epp = TestEpp::start(&endpoints_with_kv(&[("a", &a), ("b", &b), ("c", &c)]), Some(CONFIG), |_| {}).await;
+    epp.wait_scraped(|set| ["a", "b", "c"].iter().all(|n| set.get(n).is_some_and(|e| e.metrics.load().updated_at.is_some()))).await;
+
+    deliver(&epp, &mut b, batch(vec![stored(&tokens())]), "epp_kv_events_total{kind=\"block_stored\"").await;
+    for _ in 0..10 {
+        assert_eq!(route(&epp).await, b.metrics.addr.to_string(), "the pod holding the prefix wins");
+    }
+
+    deliver(&epp, &mut b, batch(vec![cleared()]), "epp_kv_events_total{kind=\"all_blocks_cleared\"").await;
+    let mut seen = std::collections::HashSet::new();
+    for _ in 0..60 {
+        seen.insert(route(&epp).await);
+    }
+    assert!(seen.len() > 1, "after AllBlocksCleared the former holder is no longer preferred: {seen:?}");
+}
