@@ -6,4 +6,5 @@ pub mod approx_prefix;
 pub mod inflight;
 pub mod passive;
 pub mod precise_prefix;
+pub mod prefix_source;
 pub mod token;

@@ -13,6 +13,7 @@
 pub mod hashing;
 pub mod index;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -21,10 +22,11 @@ use serde::Deserialize;
 use crate::endpoints::model::{Candidate, EndpointId};
 use crate::endpoints::store::EndpointStore;
 use crate::plugins::registry::{BuildContext, BuildError, PluginMetrics, PluginSpec, decode_params};
-use crate::plugins::{DataProducer, PluginInstance, PluginName, PreRequest};
+use super::prefix_source::PrefixSource;
+use crate::plugins::{PluginInstance, PluginName, PreRequest};
 use crate::request::InferenceRequest;
-use crate::scheduling::context::{DataKey, SchedulingContext};
-use crate::scheduling::data::{MatchInfo, PrefixMatches, RequestData};
+use crate::scheduling::context::SchedulingContext;
+use crate::scheduling::data::MatchInfo;
 use crate::scheduling::result::{HeaderEdits, SchedulingResult};
 use crate::telemetry::twin::{TwinGauge, TwinHistogram};
 use index::ApproxIndex;
@@ -146,27 +148,20 @@ impl ApproxPrefixProducer {
     }
 }
 
-impl DataProducer for ApproxPrefixProducer {
-    fn produces(&self) -> Vec<DataKey> {
-        vec![DataKey::PrefixCacheMatchInfo(Some(self.name.clone()))]
+impl PrefixSource for ApproxPrefixProducer {
+    fn source_name(&self) -> &PluginName {
+        &self.name
     }
 
-    fn consumes(&self) -> Vec<DataKey> {
-        vec![DataKey::TokenizedPrompt]
-    }
-
-    fn produce(&self, request: &InferenceRequest, candidates: &[Candidate], data: &mut RequestData) {
-        let Some(tokens) = data.tokens.clone() else { return };
+    fn prompt_keys(&self, request: &InferenceRequest, tokens: &[u32], candidates: &[Candidate]) -> (usize, Vec<u64>) {
         let block_size = self.block_size(candidates);
         let salt = request.body.as_ref().and_then(|b| b.cache_salt.as_deref());
-        let keys = hashing::block_keys(&request.target_model, salt, &tokens, block_size, self.max_blocks(block_size));
-        let counts = self.index.match_counts(&keys);
-        let per_endpoint = counts
-            .into_iter()
-            .map(|(id, n)| (id, MatchInfo { match_blocks: n, weighted_blocks: n as f64 }))
-            .collect();
-        let matches = PrefixMatches { block_size_tokens: block_size, total_blocks: keys.len(), keys: keys.into(), per_endpoint };
-        data.prefix.push((self.name.clone(), Arc::new(matches)));
+        (block_size, hashing::block_keys(&request.target_model, salt, tokens, block_size, self.max_blocks(block_size)))
+    }
+
+    fn lookup(&self, keys: &[u64], _: &[Candidate]) -> HashMap<EndpointId, MatchInfo> {
+        let counts = self.index.match_counts(keys);
+        counts.into_iter().map(|(id, n)| (id, MatchInfo { match_blocks: n, weighted_blocks: n as f64 })).collect()
     }
 }
 

@@ -11,21 +11,21 @@
 
 pub mod params;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
 
-use crate::endpoints::model::Candidate;
+use super::prefix_source::PrefixSource;
+use crate::endpoints::model::{Candidate, EndpointId};
 use crate::endpoints::store::EndpointStore;
 use crate::kvcache::hashing::HashExtras;
 use crate::kvcache::index::KeyMode;
 use crate::kvcache::{DriftDetector, KvCacheMetrics, KvEventSource, PrefixIndex, Subscriber, SubscriberConfig, SubscriberHandle};
 use crate::plugins::registry::{BuildContext, BuildError, PluginSpec, decode_params};
-use crate::plugins::{BackgroundService, DataProducer, PluginInstance, PluginName, ServiceContext, ServiceFuture};
+use crate::plugins::{BackgroundService, PluginInstance, PluginName, ServiceContext, ServiceFuture};
 use crate::request::InferenceRequest;
-use crate::scheduling::context::DataKey;
-use crate::scheduling::data::{MatchInfo, PrefixMatches, RequestData};
+use crate::scheduling::data::MatchInfo;
 use params::{Derived, Params};
 
 /// Type name.
@@ -83,28 +83,23 @@ impl PrecisePrefixProducer {
     }
 }
 
-impl DataProducer for PrecisePrefixProducer {
-    fn produces(&self) -> Vec<DataKey> {
-        vec![DataKey::PrefixCacheMatchInfo(Some(self.name.clone()))]
+impl PrefixSource for PrecisePrefixProducer {
+    fn source_name(&self) -> &PluginName {
+        &self.name
     }
 
-    fn consumes(&self) -> Vec<DataKey> {
-        vec![DataKey::TokenizedPrompt]
+    fn prompt_keys(&self, request: &InferenceRequest, tokens: &[u32], _: &[Candidate]) -> (usize, Vec<u64>) {
+        (self.derived.block_size, self.keys(request, tokens))
     }
 
-    fn produce(&self, request: &InferenceRequest, candidates: &[Candidate], data: &mut RequestData) {
-        let Some(tokens) = data.tokens.clone() else { return };
-        let keys = self.keys(request, &tokens);
+    fn lookup(&self, keys: &[u64], candidates: &[Candidate]) -> HashMap<EndpointId, MatchInfo> {
         let wanted: HashSet<&str> = candidates.iter().map(|c| &*c.endpoint.id).collect();
-        let per_endpoint = self
-            .metrics
-            .timed_lookup(&self.index, &keys)
+        self.metrics
+            .timed_lookup(&self.index, keys)
             .into_iter()
             .filter(|m| wanted.contains(&*m.endpoint))
             .map(|m| (m.endpoint, MatchInfo { match_blocks: m.blocks, weighted_blocks: m.weighted }))
-            .collect();
-        let matches = PrefixMatches { block_size_tokens: self.derived.block_size, total_blocks: keys.len(), keys: keys.into(), per_endpoint };
-        data.prefix.push((self.name.clone(), Arc::new(matches)));
+            .collect()
     }
 }
 
