@@ -182,8 +182,12 @@ impl App {
         });
 
         let ready_store = store.clone();
+        let ready_registry = registry.clone();
         let ready: crate::telemetry::admin::ReadinessCheck = Arc::new(move || {
-            if ready_store.snapshot().is_empty() { Err("no endpoints known".into()) } else { Ok(()) }
+            if ready_store.snapshot().is_empty() {
+                return Err("no endpoints known".into());
+            }
+            Ok(drift_details(&ready_registry))
         });
         tasks.spawn(crate::telemetry::admin::serve(admin, registry.clone(), ready, cancel.clone()));
         if let Some(path) = settings.endpoints_file.clone() {
@@ -224,6 +228,26 @@ impl App {
     pub async fn wait(mut self) {
         while self.tasks.join_next().await.is_some() {}
     }
+}
+
+/// Readiness detail lines for KV-event hash drift (`epp_kv_drift_mismatches_total`).
+fn drift_details(registry: &prometheus::Registry) -> Vec<String> {
+    let families = registry.gather();
+    let Some(family) = families.iter().find(|f| f.name() == "epp_kv_drift_mismatches_total") else { return Vec::new() };
+    family
+        .get_metric()
+        .iter()
+        .filter(|m| m.get_counter().get_value() > 0.0)
+        .map(|m| {
+            let label = |n: &str| m.get_label().iter().find(|l| l.name() == n).map(|l| l.value().to_string()).unwrap_or_default();
+            format!(
+                "kv-events drift: endpoint {} published {} block hashes that do not match the configured vLLM hashing (likely cause: {})",
+                label("endpoint"),
+                m.get_counter().get_value(),
+                label("cause")
+            )
+        })
+        .collect()
 }
 
 fn scrape_config(settings: &Settings, loaded: &LoadedConfig) -> ScrapeConfig {

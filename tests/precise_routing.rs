@@ -30,13 +30,17 @@ fn batch(events: Vec<Value>) -> Bytes {
 }
 
 fn stored(tokens: &[u32]) -> Value {
-    let hashes = (0..tokens.len() / BLOCK).map(|i| Value::from(0xA000_u64 + i as u64)).collect();
+    stored_with_block(tokens, BLOCK)
+}
+
+fn stored_with_block(tokens: &[u32], block: usize) -> Value {
+    let hashes = (0..tokens.len() / block).map(|i| Value::from(0xA000_u64 + i as u64)).collect();
     map(vec![
         ("type", Value::from("BlockStored")),
         ("block_hashes", Value::Array(hashes)),
         ("parent_block_hash", Value::Nil),
         ("token_ids", Value::Array(tokens.iter().map(|t| Value::from(*t)).collect())),
-        ("block_size", Value::from(BLOCK as u64)),
+        ("block_size", Value::from(block as u64)),
         ("medium", Value::from("GPU")),
     ])
 }
@@ -147,4 +151,19 @@ async fn token_prompt_follows_kv_events_and_forgets_after_clear() {
         seen.insert(route(&epp).await);
     }
     assert!(seen.len() > 1, "after AllBlocksCleared the former holder is no longer preferred: {seen:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hash_drift_is_counted_and_reported_in_readiness() {
+    let mut a = Pod::start([127, 0, 0, 33]).await;
+    let config = CONFIG.replace("tokenProcessorConfig: {blockSizeTokens: 16}", "tokenProcessorConfig: {blockSizeTokens: 16, hashSeed: \"42\", hashAlgorithm: sha256}");
+    let epp = TestEpp::start(&endpoints_with_kv(&[("a", &a)]), Some(&config), |_| {}).await;
+    let (status, body) = http_get(epp.app.metrics_addr, "/readyz").await;
+    assert_eq!(status, 200);
+    assert!(!body.contains("drift"), "{body}");
+    // vLLM publishes 32-token blocks while the config says 16: a block-size drift.
+    deliver(&epp, &mut a, batch(vec![stored_with_block(&tokens(), 32)]), "epp_kv_drift_mismatches_total").await;
+    let (status, body) = http_get(epp.app.metrics_addr, "/readyz").await;
+    assert_eq!(status, 200);
+    assert!(body.contains("kv-events drift: endpoint a") && body.contains("block_size"), "{body}");
 }

@@ -16,8 +16,9 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
-/// Answers whether the service is ready (e.g. endpoints known).
-pub type ReadinessCheck = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
+/// Readiness: `Err(why)` when not ready; `Ok(details)` when ready, with detail lines an
+/// operator may alert on (e.g. KV-event hash drift).
+pub type ReadinessCheck = Arc<dyn Fn() -> Result<Vec<String>, String> + Send + Sync>;
 
 /// Serves the admin endpoints on `listener` until `cancel`.
 pub async fn serve(listener: TcpListener, registry: Registry, ready: ReadinessCheck, cancel: CancellationToken) {
@@ -72,7 +73,14 @@ fn route<B>(req: &Request<B>, registry: &Registry, ready: &ReadinessCheck) -> Re
         }
         "/healthz" => text(StatusCode::OK, "ok\n"),
         "/readyz" => match ready() {
-            Ok(()) => text(StatusCode::OK, "ready\n"),
+            Ok(details) => {
+                let mut body = String::from("ready\n");
+                for d in details {
+                    body.push_str(&d);
+                    body.push('\n');
+                }
+                text(StatusCode::OK, body)
+            }
             Err(why) => text(StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}\n")),
         },
         _ => text(StatusCode::NOT_FOUND, "not found\n"),

@@ -314,14 +314,20 @@ pub fn is_request_trailers(r: &ProcessingResponse) -> bool {
 
 /// Fetches the admin `/metrics` text.
 pub async fn scrape(addr: SocketAddr) -> String {
+    http_get(addr, "/metrics").await.1
+}
+
+/// GETs `path` from the admin server: (status, body).
+pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
     let stream = tokio::net::TcpStream::connect(addr).await.expect("connect admin");
     let (mut sender, conn) = hyper::client::conn::http1::handshake::<_, http_body_util::Empty<Bytes>>(TokioIo::new(stream)).await.expect("handshake");
     tokio::spawn(conn);
-    let req = hyper::Request::get("/metrics").header("host", "localhost").body(http_body_util::Empty::new()).expect("request");
-    let resp = sender.send_request(req).await.expect("metrics response");
+    let req = hyper::Request::get(path).header("host", "localhost").body(http_body_util::Empty::new()).expect("request");
+    let resp = sender.send_request(req).await.expect("admin response");
+    let status = resp.status().as_u16();
     use http_body_util::BodyExt;
     let body = resp.into_body().collect().await.expect("body").to_bytes();
-    String::from_utf8_lossy(&body).into_owned()
+    (status, String::from_utf8_lossy(&body).into_owned())
 }
 
 /// A chat body.
