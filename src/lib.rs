@@ -12,11 +12,14 @@
 //! - `config`: EndpointPickerConfig loading and validation.
 //! - `endpoints`: discovery, the endpoint store, metric scraping.
 //! - `telemetry`: logs, metrics, admin server.
+//! - `tokenize`: real token ids (in-process tokenizer + chat templates, vLLM render), awaited
+//!   by the stream before the decision.
 //! - `app`: wiring, servers and shutdown.
 //!
 //! Data flow:
 //! ```text
 //! Envoy --ext_proc--> extproc::stream --body--> request::openai --InferenceRequest-->
+//!   [tokenize::Tokenizer (async, deadline) --token ids--> InferenceRequest::tokens]
 //!   scheduling::Scheduler [producers -> ProfileHandler -> Profile(filters -> scorers x weight -> picker)]
 //!   --Decision--> extproc::response --headers + metadata--> Envoy
 //! vLLM /metrics --HTTP--> endpoints::scraper --PodMetrics--> endpoints::store
@@ -31,6 +34,7 @@ pub mod proto;
 pub mod request;
 pub mod scheduling;
 pub mod telemetry;
+pub mod tokenize;
 pub mod tls;
 pub mod app;
 pub mod bench;

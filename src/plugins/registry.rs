@@ -60,6 +60,8 @@ pub struct PluginMetrics {
     pub prefix_hit_bytes: TwinHistogramVec,
     /// `prefix_indexer_size{plugin_name, plugin_type}`.
     pub prefix_indexer_size: TwinGaugeVec,
+    /// Tokenizer outcomes, latency and prefix-cache use (`token-producer`).
+    pub tokenize: crate::tokenize::metrics::TokenizeMetrics,
 }
 
 impl PluginMetrics {
@@ -91,6 +93,7 @@ impl PluginMetrics {
                 "Entries in the approximate prefix index.",
                 labels,
             )?,
+            tokenize: crate::tokenize::metrics::TokenizeMetrics::register(registry)?,
         })
     }
 }
