@@ -253,6 +253,18 @@ mod tests {
     }
 
     #[test]
+    fn estimate_passes_request_token_ids_through() {
+        let est = build(&spec(serde_json::Value::Null), &BuildContext::default()).expect("estimate");
+        let producer = est.producer.expect("producer");
+        let request = crate::test_util::token_request("m", &[5, 6]);
+        let candidates = vec![crate::test_util::endpoint("a").running(2).build()];
+        let mut data = RequestData::default();
+        producer.produce(&request, &candidates, &mut data);
+        assert_eq!(data.tokens.as_deref(), Some(&[5, 6][..]));
+        assert_eq!(candidates[0].endpoint.id, crate::test_util::endpoint("a").endpoint().id, "candidates untouched");
+    }
+
+    #[test]
     fn produce_copies_precomputed_tokens_only() {
         let cx = BuildContext::default();
         let local = build(&spec(serde_json::json!({"local": {"models": {"m": fixture("mistral")}}})), &cx).expect("local");
