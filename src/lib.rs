@@ -13,12 +13,15 @@
 //! - `endpoints`: discovery, the endpoint store, metric scraping.
 //! - `kvcache`: vLLM KV events (ZeroMQ, msgpack), block hashing, the sharded prefix index.
 //! - `telemetry`: logs, metrics, admin server.
+//! - `tokenize`: real token ids (in-process tokenizer + chat templates, vLLM render), awaited
+//!   by the stream before the decision.
 //! - `app`: wiring, servers and shutdown.
 //! - `validate`: `epp validate` checks of configs and KServe manifests.
 //!
 //! Data flow:
 //! ```text
 //! Envoy --ext_proc--> extproc::stream --body--> request::openai --InferenceRequest-->
+//!   [tokenize::Tokenizer (async, deadline) --token ids--> InferenceRequest::tokens]
 //!   scheduling::Scheduler [producers -> ProfileHandler -> Profile(filters -> scorers x weight -> picker)]
 //!   --Decision--> extproc::response --headers + metadata--> Envoy
 //! vLLM /metrics --HTTP--> endpoints::scraper --PodMetrics--> endpoints::store
@@ -35,6 +38,7 @@ pub mod proto;
 pub mod request;
 pub mod scheduling;
 pub mod telemetry;
+pub mod tokenize;
 pub mod tls;
 pub mod app;
 pub mod bench;

@@ -1,6 +1,8 @@
 //! The synchronous request decision: body -> `InferenceRequest` -> candidates (subset hint
 //! applied) -> scheduler -> the header edits and body to send upstream. No I/O; the stream
-//! runs it inline for small bodies and on the blocking pool for large ones.
+//! runs it inline for small bodies and on the blocking pool for large ones. `prepare` and
+//! `schedule_prepared` are its two halves, for the stream to await the tokenize step
+//! between them.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -31,6 +33,15 @@ pub struct Outcome {
     pub rewritten_body: Option<Vec<u8>>,
 }
 
+/// A parsed request not yet scheduled.
+#[derive(Debug)]
+pub struct Prepared {
+    /// The request (body parsed, model resolved).
+    pub request: InferenceRequest,
+    /// The body to send upstream when it differs from the received one (model rewrite).
+    pub rewritten_body: Option<Vec<u8>>,
+}
+
 /// Parses the request, applies the subset hint and schedules it.
 pub fn decide(
     scheduler: &Scheduler,
@@ -40,6 +51,12 @@ pub fn decide(
     body: &[u8],
     use_subset_hint: bool,
 ) -> Result<Outcome, ExtProcError> {
+    let prepared = prepare(headers, body)?;
+    schedule_prepared(scheduler, store, metadata, prepared, use_subset_hint)
+}
+
+/// Parses the body (known API paths) and resolves the target model.
+pub fn prepare(headers: &RequestHeaders, body: &[u8]) -> Result<Prepared, ExtProcError> {
     let mut request = base_request(headers);
     request.body_len = body.len();
     let path = headers.path();
@@ -57,6 +74,18 @@ pub fn decide(
         };
         request.body = Some(parsed);
     }
+    Ok(Prepared { request, rewritten_body })
+}
+
+/// Applies the subset hint and schedules a prepared request.
+pub fn schedule_prepared(
+    scheduler: &Scheduler,
+    store: &EndpointStore,
+    metadata: &HashMap<String, Struct>,
+    prepared: Prepared,
+    use_subset_hint: bool,
+) -> Result<Outcome, ExtProcError> {
+    let Prepared { request, rewritten_body } = prepared;
     let mut candidates = store.candidates();
     if use_subset_hint {
         if let Some(hint) = subset_hint(metadata) {

@@ -13,10 +13,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
+use bytes::Bytes;
 use prost_types::Struct;
 use tracing::debug;
 
-use super::decide::{Outcome, decide, random_endpoint};
+use super::decide::{Outcome, decide, prepare, random_endpoint, schedule_prepared};
 use super::error::ExtProcError;
 use super::response::{self as resp, Direction};
 use super::service::Shared;
@@ -27,6 +28,7 @@ use crate::request::headers::{self, CONTENT_LENGTH, DESTINATION_ENDPOINT, REQUES
 use crate::request::usage::{SseUsageScanner, Usage, restore_model_name, usage_from_json};
 use crate::request::InferenceRequest;
 use crate::scheduling::result::{HeaderEdits, SchedulingResult};
+use crate::tokenize::Tokenizer;
 
 /// Bodies larger than this are parsed and scheduled on the blocking pool.
 const OFFLOAD_BODY_BYTES: usize = 256 * 1024;
@@ -204,6 +206,10 @@ impl StreamProcessor {
     async fn schedule_body(&mut self, ended_with_trailers: bool) -> Vec<ProcessingResponse> {
         let body = std::mem::take(&mut self.body);
         let use_hint = !self.shared.options.disable_subset_filter;
+        let tokenizer = self.shared.scheduler.load().producers.iter().find_map(|s| s.plugin.tokenizer().cloned());
+        if let Some(tokenizer) = tokenizer {
+            return self.schedule_body_tokenized(body, &tokenizer, ended_with_trailers).await;
+        }
         let (outcome, body) = if body.len() > OFFLOAD_BODY_BYTES {
             let shared = self.shared.clone();
             let headers = self.headers.clone();
@@ -222,6 +228,51 @@ impl StreamProcessor {
             let scheduler = self.shared.scheduler.load();
             (decide(&scheduler, &self.shared.store, &self.headers, &self.metadata, &body, use_hint), body)
         };
+        match outcome {
+            Ok(outcome) => self.reply_scheduled(outcome, body, ended_with_trailers),
+            Err(e) => self.fail(e),
+        }
+    }
+
+    /// As `schedule_body`, with the asynchronous tokenize step between parsing and the
+    /// decision (the decision itself stays synchronous and I/O-free).
+    async fn schedule_body_tokenized(&mut self, body: Vec<u8>, tokenizer: &Tokenizer, ended_with_trailers: bool) -> Vec<ProcessingResponse> {
+        let use_hint = !self.shared.options.disable_subset_filter;
+        let large = body.len() > OFFLOAD_BODY_BYTES;
+        let body = Bytes::from(body);
+        let prepared = if large {
+            let (headers, raw) = (self.headers.clone(), body.clone());
+            match tokio::task::spawn_blocking(move || prepare(&headers, &raw)).await {
+                Ok(p) => p,
+                Err(e) => return self.fail(ExtProcError::Internal(format!("parsing task failed: {e}"))),
+            }
+        } else {
+            prepare(&self.headers, &body)
+        };
+        let mut prepared = match prepared {
+            Ok(p) => p,
+            Err(e) => return self.fail(e),
+        };
+        if let Some(parsed) = &prepared.request.body {
+            prepared.request.tokens = tokenizer.tokenize(&prepared.request.target_model, parsed, body.clone()).await;
+        }
+        let outcome = if large {
+            let (shared, metadata) = (self.shared.clone(), self.metadata.clone());
+            let joined = tokio::task::spawn_blocking(move || {
+                let scheduler = shared.scheduler.load();
+                schedule_prepared(&scheduler, &shared.store, &metadata, prepared, use_hint)
+            })
+            .await;
+            match joined {
+                Ok(o) => o,
+                Err(e) => return self.fail(ExtProcError::Internal(format!("scheduling task failed: {e}"))),
+            }
+        } else {
+            let scheduler = self.shared.scheduler.load();
+            schedule_prepared(&scheduler, &self.shared.store, &self.metadata, prepared, use_hint)
+        };
+        // The tokenize step has finished with its clones, so this reuses the allocation.
+        let body = Vec::from(body);
         match outcome {
             Ok(outcome) => self.reply_scheduled(outcome, body, ended_with_trailers),
             Err(e) => self.fail(e),

@@ -72,6 +72,12 @@ pub trait DataProducer: Send + Sync + fmt::Debug {
     }
     /// Writes its data for this request.
     fn produce(&self, request: &InferenceRequest, candidates: &[Candidate], data: &mut RequestData);
+    /// The asynchronous tokenize step this producer reads from, if any. The ext_proc stream
+    /// awaits it between parsing and the (synchronous) decision and stores the ids in
+    /// `InferenceRequest::tokens`; `produce` then only copies them.
+    fn tokenizer(&self) -> Option<&Arc<crate::tokenize::Tokenizer>> {
+        None
+    }
 }
 
 /// Sees the decision before the headers reply; may add or remove request headers and update

@@ -101,6 +101,8 @@ pub struct PluginMetrics {
     pub disagg_decisions_legacy: IntCounterVec,
     /// KV-event and precise index series (`epp_kv_*`).
     pub kv: std::sync::Arc<crate::kvcache::KvCacheMetrics>,
+    /// Tokenizer outcomes, latency and prefix-cache use (`token-producer`).
+    pub tokenize: crate::tokenize::metrics::TokenizeMetrics,
 }
 
 impl PluginMetrics {
@@ -145,6 +147,7 @@ impl PluginMetrics {
                 &["model_name", "decision_type"],
             )?,
             kv: std::sync::Arc::new(crate::kvcache::KvCacheMetrics::register(registry)?),
+            tokenize: crate::tokenize::metrics::TokenizeMetrics::register(registry)?,
         })
     }
 }

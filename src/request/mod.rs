@@ -3,6 +3,7 @@
 //! request the scheduler sees (`InferenceRequest`). Only this module tree reads or writes
 //! body JSON; the scheduler sees `ParsedBody` and token ids, never raw bytes.
 
+pub mod chat_view;
 pub mod estimate;
 pub mod headers;
 pub mod openai;
@@ -28,4 +29,8 @@ pub struct InferenceRequest {
     pub body_len: usize,
     /// Priority from the objective (negative = sheddable).
     pub priority: i32,
+    /// Token ids computed by the asynchronous tokenize step before the decision (see
+    /// `tokenize::Tokenizer`); `None` when no tokenizer backend is configured, the prompt
+    /// kind is not supported, or tokenization missed its deadline.
+    pub tokens: Option<std::sync::Arc<[u32]>>,
 }
