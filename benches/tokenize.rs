@@ -1,6 +1,6 @@
 //! In-process tokenizer benchmarks on the fixture tokenizers (`tests/fixtures/tokenizers`):
 //! a ~100 KB completions prompt encoded on one core, and a follow-up chat turn that continues
-//! from a cached prefix (template render + suffix encode). See `docs/benchmarks-tokenizer.md`.
+//! from a cached prefix (template render + suffix encode). See `docs/benchmarks.md`.
 
 use std::hint::black_box;
 use std::num::NonZeroUsize;
