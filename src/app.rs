@@ -62,6 +62,8 @@ pub struct Settings {
     pub health_checking: bool,
     /// Largest gRPC message accepted.
     pub grpc_max_recv_bytes: usize,
+    /// Objective name -> priority (`--objective`).
+    pub objectives: HashMap<String, i32>,
 }
 
 impl Settings {
@@ -82,6 +84,7 @@ impl Settings {
             extproc: ExtProcOptions::default(),
             health_checking: false,
             grpc_max_recv_bytes: 64 << 20,
+            objectives: HashMap::new(),
         }
     }
 }
@@ -123,10 +126,11 @@ impl App {
             loaded_bytes = bytes;
         }
         let cx = BuildContext { endpoints: store.clone(), metrics: PluginMetrics::register(&registry)?, ..Default::default() };
-        let loaded = load_config(settings.config_text.as_deref(), &cx, SchedulerMetrics::register(&registry)?)?;
+        let mut loaded = load_config(settings.config_text.as_deref(), &cx, SchedulerMetrics::register(&registry)?)?;
         for note in &loaded.injected {
             info!(default = %note, "Config default injected");
         }
+        loaded.scheduler.objectives = settings.objectives.clone();
         let scrape = scrape_config(&settings, &loaded);
         let services: Vec<Arc<dyn BackgroundService>> = loaded.plugins.iter().filter_map(|p| p.background.clone()).collect();
         let shared = Arc::new(Shared {

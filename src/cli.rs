@@ -67,6 +67,12 @@ pub enum BenchCommand {
     },
 }
 
+fn parse_objective(s: &str) -> Result<(String, i32), String> {
+    let (name, priority) = s.split_once('=').ok_or("expected NAME=PRIORITY")?;
+    let priority = priority.trim().parse::<i32>().map_err(|e| format!("priority of {name:?}: {e}"))?;
+    Ok((name.trim().to_string(), priority))
+}
+
 fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s).map_err(|e| e.to_string())
 }
@@ -122,6 +128,11 @@ pub struct ServeArgs {
     /// Largest gRPC message (and request body) accepted, in bytes.
     #[arg(long, default_value_t = 64 << 20)]
     pub grpc_max_recv_msg_size: usize,
+    /// Objective priority, `NAME=PRIORITY` (repeatable): stands in for Kubernetes
+    /// InferenceObjective objects; requests whose objective header names a negative priority
+    /// are shed with 429 while the pool is saturated.
+    #[arg(long = "objective", value_parser = parse_objective)]
+    pub objectives: Vec<(String, i32)>,
     /// Log verbosity (logr levels: 2 default, 4 debug, 5 trace).
     #[arg(short = 'v', long = "v", default_value_t = 2)]
     pub verbosity: u8,

@@ -59,6 +59,7 @@ async fn serve(args: epp::cli::ServeArgs) -> anyhow::Result<()> {
         },
         health_checking: args.health_checking,
         grpc_max_recv_bytes: args.grpc_max_recv_msg_size.saturating_add(1 << 20),
+        objectives: args.objectives.iter().cloned().collect(),
     };
     if settings.endpoints_file.is_none() {
         tracing::warn!("no --endpoints-file given: every request will get 503 until endpoints are configured");

@@ -231,3 +231,30 @@ async fn endpoints_file_reload_keeps_in_flight_streams() {
     fresh.send(request_body(&chat("m", "hi", false), true)).await;
     assert_eq!(set_header(&fresh.next().await, "x-gateway-destination-endpoint"), Some(b.addr.to_string()), "a broken file keeps the previous list");
 }
+
+#[tokio::test]
+async fn sheddable_objectives_get_429_only_while_saturated() {
+    let pod = FakeVllm::start([127, 0, 0, 16], 9, 4, 0.95).await;
+    let epp = TestEpp::start(&endpoints_yaml(&[("pod", pod.addr, &[])]), None, |s| {
+        s.objectives = [("batch".to_string(), -1), ("chat".to_string(), 10)].into();
+    })
+    .await;
+    epp.wait_waiting(&[("pod", 9)]).await;
+    let send = |objective: &'static str| {
+        let epp = &epp;
+        async move {
+            let mut client = epp.client().await;
+            let mut ex = Exchange::open(&mut client).await;
+            ex.send(request_headers("/v1/chat/completions", &[("x-gateway-inference-objective", objective)], false, Some((FULL_DUPLEX, FULL_DUPLEX)))).await;
+            ex.send(request_body(&chat("m", "hi", false), true)).await;
+            ex.next().await
+        }
+    };
+    let (status, body) = immediate(&send("batch").await).expect("shed");
+    assert_eq!(status, 429);
+    assert_eq!(body, "inference error: ResourceExhausted - system saturated, sheddable request dropped");
+    assert!(set_header(&send("chat").await, "x-gateway-destination-endpoint").is_some(), "non-negative priority is never shed");
+    pod.set(0, 0, 0.1);
+    epp.wait_waiting(&[("pod", 0)]).await;
+    assert!(set_header(&send("batch").await, "x-gateway-destination-endpoint").is_some(), "not saturated: sheddable requests route");
+}

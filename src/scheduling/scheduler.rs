@@ -48,6 +48,9 @@ pub struct Scheduler {
     pub metrics: SchedulerMetrics,
     /// Saturation detector used for shedding sheddable requests.
     pub saturation: Option<Arc<dyn SaturationDetector>>,
+    /// Objective name -> priority (what InferenceObjective objects say in Kubernetes); the
+    /// request's objective header selects one, negative = sheddable.
+    pub objectives: std::collections::HashMap<String, i32>,
     profile_names: Vec<Arc<str>>,
 }
 
@@ -75,6 +78,7 @@ impl Scheduler {
             default_inflight_producer,
             metrics,
             saturation: None,
+            objectives: std::collections::HashMap::new(),
             profile_names,
         }
     }
@@ -106,7 +110,8 @@ impl Scheduler {
         if candidates.is_empty() {
             return Err(ScheduleError::NoCandidates);
         }
-        if request.priority < 0 {
+        let priority = request.headers.objective().and_then(|o| self.objectives.get(o)).copied().unwrap_or(request.priority);
+        if priority < 0 {
             if let Some(detector) = &self.saturation {
                 if detector.saturation(&candidates, tokio::time::Instant::now()) >= 1.0 {
                     return Err(ScheduleError::Saturated);
