@@ -15,6 +15,8 @@
 //! - `telemetry`: logs, metrics, admin server.
 //! - `app`: wiring, servers and shutdown.
 //! - `validate`: `epp validate` checks of configs and KServe manifests.
+//! - `sim`: the fleet simulator (`epp sim`, `epp demo`): simulated vLLM pods driven by the
+//!   real scheduler in process.
 //!
 //! Data flow:
 //! ```text
@@ -40,6 +42,7 @@ pub mod app;
 pub mod bench;
 pub mod cli;
 pub mod validate;
+pub mod sim;
 
 #[cfg(test)]
 pub(crate) mod test_util;

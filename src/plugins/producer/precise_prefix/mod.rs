@@ -106,6 +106,10 @@ impl DataProducer for PrecisePrefixProducer {
         let matches = PrefixMatches { block_size_tokens: self.derived.block_size, total_blocks: keys.len(), keys: keys.into(), per_endpoint };
         data.prefix.push((self.name.clone(), Arc::new(matches)));
     }
+
+    fn kv_index(&self) -> Option<Arc<PrefixIndex>> {
+        Some(self.index.clone())
+    }
 }
 
 /// The endpoint list as KV-event sources.
