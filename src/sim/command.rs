@@ -72,7 +72,8 @@ pub fn sim(args: &SimArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The demo preset: 4 pods, 12 groups x 4 users, 1024/128/64 tokens, rising 4 -> 16 qps.
+/// The demo preset: 4 pods, 12 groups x 4 users, 1024/128/64 tokens, rising 4 -> 24 qps,
+/// prefixes filling 90 % of the fleet's KV cache.
 pub fn demo_args(seed: u64) -> SimArgs {
     SimArgs {
         workload: WorkloadKind::SharedPrefix,
@@ -84,13 +85,13 @@ pub fn demo_args(seed: u64) -> SimArgs {
         output_tokens: 64,
         turns: 5,
         qps: 4.0,
-        qps_end: Some(16.0),
+        qps_end: Some(24.0),
         requests: 300,
         seed,
         policy: Vec::new(),
         block_size: 16,
         kv_blocks: None,
-        kv_fill: 0.73,
+        kv_fill: 0.9,
         max_num_seqs: 256,
         max_batched_tokens: 8192,
         step_scale: 1.0,

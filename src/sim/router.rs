@@ -134,18 +134,20 @@ impl Router {
         self.index.as_ref()
     }
 
-    /// Picks a pod index for `req`; also returns the wall time of the decision in seconds.
+    /// Picks a pod index for `req`; also returns the wall time of the decision in seconds
+    /// (candidates + `Scheduler::schedule`, or the harness pick; building the request is
+    /// not timed).
     pub fn route(&mut self, req: &SimRequest, pods: &[Pod]) -> Result<(usize, f64), RouteError> {
+        let request = self.loaded.as_ref().map(|_| inference_request(req));
         let start = Instant::now();
-        let chosen = match (&self.loaded, self.policy) {
-            (Some(loaded), _) => {
-                let request = inference_request(req);
+        let chosen = match (&self.loaded, request) {
+            (Some(loaded), Some(request)) => {
                 let decision = loaded.scheduler.schedule(&request, self.store.candidates()).map_err(|source| RouteError::Schedule { request: req.id, source })?;
                 let target = decision.result.primary().and_then(|p| p.targets.first()).map(|c| c.endpoint.id.to_string()).unwrap_or_default();
                 pod_index(&target).filter(|i| *i < pods.len()).ok_or(RouteError::UnknownEndpoint(target))?
             }
-            (None, Policy::Oracle) => oracle(req, pods),
-            (None, _) => {
+            _ if self.policy == Policy::Oracle => oracle(req, pods),
+            _ => {
                 self.next += 1;
                 (self.next - 1) % pods.len().max(1)
             }
