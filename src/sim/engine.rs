@@ -17,7 +17,8 @@ use super::workload::SimRequest;
 use crate::endpoints::model::MetricsState;
 use crate::endpoints::store::EndpointStore;
 use crate::endpoints::vllm_metrics::PodMetrics;
-use crate::kvcache::events::{EventBatch, KvEvent};
+use crate::kvcache::events::{EventBatch, EventKind, KvEvent};
+use crate::kvcache::index::EventOutcome;
 
 /// Fleet settings of a run.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
@@ -62,6 +63,8 @@ pub struct RunResult {
     pub decision_seconds: Vec<f64>,
     /// Blocks evicted over all pods.
     pub evictions: u64,
+    /// KV events the index did not apply (unknown parent, unknown block, ...).
+    pub events_rejected: u64,
 }
 
 /// Progress of a run, for live output.
@@ -140,7 +143,7 @@ pub fn run(policy: Policy, fleet: &FleetConfig, requests: &[SimRequest], progres
     }
     publish_load(&store, &pods, fleet);
     ev.push(fleet.scrape_interval, Event::Scrape);
-    let (mut routed, mut finished) = (0, 0);
+    let (mut routed, mut finished, mut events_rejected) = (0, 0, 0u64);
     while let Some(Timed { at: now, event, .. }) = ev.heap.pop() {
         match event {
             Event::Arrival(i) => {
@@ -179,7 +182,9 @@ pub fn run(policy: Policy, fleet: &FleetConfig, requests: &[SimRequest], progres
             }
             Event::Deliver(p, b) => {
                 if let Some(index) = router.kv_index() {
-                    index.apply(&pod_name(p), MODEL, &b);
+                    let stats = index.apply(&pod_name(p), MODEL, &b);
+                    let applied: u32 = [EventKind::Stored, EventKind::Removed, EventKind::Cleared].into_iter().map(|k| stats.count(k, EventOutcome::Applied)).sum();
+                    events_rejected += (b.events.len() as u64).saturating_sub(applied as u64);
                 }
             }
             Event::Scrape => {
@@ -191,7 +196,7 @@ pub fn run(policy: Policy, fleet: &FleetConfig, requests: &[SimRequest], progres
         }
     }
     let evictions = pods.iter().map(Pod::evictions).sum();
-    Ok(RunResult { policy, records, decision_seconds, evictions })
+    Ok(RunResult { policy, records, decision_seconds, evictions, events_rejected })
 }
 
 fn batch(ts: f64, events: Vec<KvEvent>) -> EventBatch {

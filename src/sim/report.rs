@@ -35,6 +35,8 @@ pub struct PolicyReport {
     pub per_pod: Vec<usize>,
     /// KV blocks evicted over the fleet.
     pub evictions: u64,
+    /// KV events the precise index rejected (0 for the other policies).
+    pub events_rejected: u64,
 }
 
 /// Summarises a run (`pods` pods).
@@ -67,6 +69,7 @@ pub fn summarize(run: &RunResult, pods: usize) -> PolicyReport {
         decision_us: if run.decision_seconds.is_empty() { 0.0 } else { run.decision_seconds.iter().sum::<f64>() / run.decision_seconds.len() as f64 * 1e6 },
         per_pod,
         evictions: run.evictions,
+        events_rejected: run.events_rejected,
     }
 }
 
