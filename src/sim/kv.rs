@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, HashMap};
 use crate::kvcache::events::{BlockRemoved, BlockStored, KvEvent};
 
 /// Seed of the first block's hash (vLLM's `NONE_HASH` plays this role).
-const ROOT_SEED: u64 = 0x5EED_0F_B10C;
+const ROOT_SEED: u64 = 0x005E_ED0F_B10C;
 
 /// Hash of a full block given its parent's hash (`None` for the first block).
 pub fn block_hash(parent: Option<u64>, tokens: &[u32]) -> u64 {
@@ -159,12 +159,13 @@ impl BlockPool {
 
     fn push_stored(&mut self, hash: u64, parent: Option<u64>, tokens: &[u32]) {
         // Extend the previous event when this block continues its run.
-        if let Some(KvEvent::BlockStored(s)) = self.events.last_mut() {
-            if parent.is_some() && s.block_hashes.last().copied() == parent {
-                s.block_hashes.push(hash);
-                s.token_ids.extend_from_slice(tokens);
-                return;
-            }
+        if let Some(KvEvent::BlockStored(s)) = self.events.last_mut()
+            && parent.is_some()
+            && s.block_hashes.last().copied() == parent
+        {
+            s.block_hashes.push(hash);
+            s.token_ids.extend_from_slice(tokens);
+            return;
         }
         self.events.push(KvEvent::BlockStored(BlockStored {
             block_hashes: vec![hash],
