@@ -200,3 +200,45 @@ fn oracle(req: &SimRequest, pods: &[Pod]) -> usize {
     }
     best.2
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::pod::PodConfig;
+    use crate::sim::timing::StepModel;
+
+    fn pods(n: usize) -> Vec<Pod> {
+        (0..n).map(|_| Pod::new(PodConfig { block_size: 4, kv_blocks: 64, max_num_seqs: 8, max_batched_tokens: 64, model: StepModel::default() })).collect()
+    }
+
+    fn req(id: usize, prompt: Vec<u32>) -> SimRequest {
+        SimRequest { id, arrival: 0.0, prompt: prompt.into(), output_len: 2 }
+    }
+
+    #[test]
+    fn oracle_follows_the_cache_and_round_robin_rotates() {
+        let mut fleet = pods(3);
+        fleet[2].enqueue(req(0, (0..16).collect()));
+        while fleet[2].has_work() {
+            fleet[2].step();
+        }
+        let store = EndpointStore::new();
+        store.replace(crate::bench::synthetic::endpoints(3));
+        let mut oracle = Router::new(Policy::Oracle, store.clone(), 4).expect("builds");
+        assert_eq!(oracle.route(&req(1, (0..16).collect()), &fleet).expect("routes").0, 2);
+        assert_eq!(oracle.route(&req(2, (50..66).collect()), &fleet).expect("routes").0, 0, "no cache anywhere: least loaded, lowest index");
+        let mut rr = Router::new(Policy::RoundRobin, store, 4).expect("builds");
+        let picks: Vec<usize> = (0..4).map(|i| rr.route(&req(i, vec![1]), &fleet).expect("routes").0).collect();
+        assert_eq!(picks, vec![0, 1, 2, 0]);
+    }
+
+    #[test]
+    fn every_scheduler_policy_config_loads() {
+        for policy in Policy::ALL {
+            let store = EndpointStore::new();
+            store.replace(crate::bench::synthetic::endpoints(2));
+            let router = Router::new(policy, store, 16).expect("config loads");
+            assert_eq!(router.kv_index().is_some(), policy == Policy::Precise);
+        }
+    }
+}
