@@ -241,4 +241,23 @@ mod tests {
             assert_eq!(router.kv_index().is_some(), policy == Policy::Precise);
         }
     }
+
+    #[test]
+    fn precise_follows_the_simulated_kv_events() {
+        let mut fleet = pods(3);
+        let prompt: Vec<u32> = (100..164).collect();
+        fleet[1].enqueue(req(0, prompt.clone()));
+        let store = EndpointStore::new();
+        store.replace(crate::bench::synthetic::endpoints(3));
+        let mut precise = Router::new(Policy::Precise, store, 4).expect("builds");
+        let index = precise.kv_index().cloned().expect("precise has an index");
+        while fleet[1].has_work() {
+            let out = fleet[1].step();
+            let batch = crate::kvcache::events::EventBatch { events: out.events, ..Default::default() };
+            index.apply(&pod_name(1), MODEL, &batch);
+        }
+        for id in 1..6 {
+            assert_eq!(precise.route(&req(id, prompt.clone()), &fleet).expect("routes").0, 1);
+        }
+    }
 }
