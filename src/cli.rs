@@ -1,6 +1,6 @@
 //! Command-line flags, compatible with the Go EPPs' names and defaults (`--grpc-port 9002`,
 //! `--grpc-health-port 9003`, `--metrics-port 9090`, `--secure-serving=true`, ...), and the
-//! subcommands (`validate`, `bench`).
+//! subcommands (`validate`, `bench`, `sim`, `demo`).
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -41,6 +41,86 @@ pub enum Command {
         #[command(subcommand)]
         what: BenchCommand,
     },
+    /// Fleet simulator: compares routing policies on simulated vLLM pods (deterministic,
+    /// simulated time, epp's real scheduler in process).
+    Sim(SimArgs),
+    /// A small simulator preset with live progress and per-endpoint tables.
+    Demo {
+        /// RNG seed.
+        #[arg(long, default_value_t = 7)]
+        seed: u64,
+    },
+}
+
+/// Flags of `epp sim` (defaults: a CI-sized llm-d shared-prefix run).
+#[derive(Clone, Debug, clap::Args)]
+pub struct SimArgs {
+    /// Workload family.
+    #[arg(long, value_enum, default_value = "shared-prefix")]
+    pub workload: crate::sim::WorkloadKind,
+    /// Pods.
+    #[arg(long, default_value_t = 8)]
+    pub pods: usize,
+    /// Prefix groups (system prompts).
+    #[arg(long, default_value_t = 32)]
+    pub groups: usize,
+    /// Users per group (multi-turn: users in total).
+    #[arg(long, default_value_t = 5)]
+    pub users: usize,
+    /// System prompt tokens.
+    #[arg(long, default_value_t = 2000)]
+    pub system_tokens: usize,
+    /// Question tokens.
+    #[arg(long, default_value_t = 400)]
+    pub question_tokens: usize,
+    /// Output tokens per request.
+    #[arg(long, default_value_t = 200)]
+    pub output_tokens: usize,
+    /// Turns per conversation (multi-turn).
+    #[arg(long, default_value_t = 5)]
+    pub turns: usize,
+    /// Arrival rate (requests per simulated second).
+    #[arg(long, default_value_t = 20.0)]
+    pub qps: f64,
+    /// Rate at the end of the run (linear rise from --qps); fixed rate when absent.
+    #[arg(long)]
+    pub qps_end: Option<f64>,
+    /// Requests.
+    #[arg(long, default_value_t = 800)]
+    pub requests: usize,
+    /// RNG seed.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Policies to compare (comma-separated); `all` when absent.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub policy: Vec<crate::sim::Policy>,
+    /// Tokens per KV block.
+    #[arg(long, default_value_t = 16)]
+    pub block_size: usize,
+    /// KV blocks per pod; default: the workload's prefixes fill --kv-fill of the fleet.
+    #[arg(long)]
+    pub kv_blocks: Option<usize>,
+    /// Fraction of fleet KV the distinct prefixes occupy when --kv-blocks is absent.
+    #[arg(long, default_value_t = 0.73)]
+    pub kv_fill: f64,
+    /// Largest running batch per pod.
+    #[arg(long, default_value_t = 256)]
+    pub max_num_seqs: usize,
+    /// Token budget per engine step.
+    #[arg(long, default_value_t = 8192)]
+    pub max_batched_tokens: usize,
+    /// Multiplier on step times (2 = a GPU half as fast).
+    #[arg(long, default_value_t = 1.0)]
+    pub step_scale: f64,
+    /// KV-event delivery delay, milliseconds.
+    #[arg(long, default_value_t = 10.0)]
+    pub event_delay_ms: f64,
+    /// Load-metrics refresh period, milliseconds.
+    #[arg(long, default_value_t = 50.0)]
+    pub scrape_interval_ms: f64,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Benchmark subcommands.

@@ -17,6 +17,8 @@
 //!   by the stream before the decision.
 //! - `app`: wiring, servers and shutdown.
 //! - `validate`: `epp validate` checks of configs and KServe manifests.
+//! - `sim`: the fleet simulator (`epp sim`, `epp demo`): simulated vLLM pods driven by the
+//!   real scheduler in process.
 //!
 //! Data flow:
 //! ```text
@@ -44,6 +46,7 @@ pub mod app;
 pub mod bench;
 pub mod cli;
 pub mod validate;
+pub mod sim;
 
 #[cfg(test)]
 pub(crate) mod test_util;

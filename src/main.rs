@@ -14,6 +14,8 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Some(Command::Bench { what }) => epp::bench::run(what),
         Some(Command::Validate { files, output }) => validate(&files, output),
+        Some(Command::Sim(args)) => epp::sim::command::sim(&args),
+        Some(Command::Demo { seed }) => epp::sim::command::demo(seed),
         None => runtime.block_on(serve(cli.serve)),
     }
 }

@@ -78,6 +78,11 @@ pub trait DataProducer: Send + Sync + fmt::Debug {
     fn tokenizer(&self) -> Option<&Arc<crate::tokenize::Tokenizer>> {
         None
     }
+    /// The KV-event prefix index this producer reads, when it owns one (the precise
+    /// producer); lets in-process drivers such as the fleet simulator feed it events.
+    fn kv_index(&self) -> Option<Arc<crate::kvcache::PrefixIndex>> {
+        None
+    }
 }
 
 /// Sees the decision before the headers reply; may add or remove request headers and update

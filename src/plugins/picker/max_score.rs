@@ -35,7 +35,7 @@ pub fn build(spec: &PluginSpec, _: &BuildContext) -> Result<PluginInstance, Buil
 
 impl Picker for MaxScorePicker {
     fn pick(&self, _: &SchedulingContext<'_>, mut scored: Vec<ScoredCandidate>) -> Vec<Candidate> {
-        scored.shuffle(&mut rand::rng());
+        super::with_rng(|rng| scored.shuffle(rng));
         scored.sort_by(|a, b| b.score.total_cmp(&a.score));
         scored.into_iter().take(self.count).map(|s| s.candidate).collect()
     }

@@ -28,7 +28,7 @@ pub fn build(spec: &PluginSpec, _: &BuildContext) -> Result<PluginInstance, Buil
 
 impl Picker for RandomPicker {
     fn pick(&self, _: &SchedulingContext<'_>, mut scored: Vec<ScoredCandidate>) -> Vec<Candidate> {
-        scored.shuffle(&mut rand::rng());
+        super::with_rng(|rng| scored.shuffle(rng));
         scored.into_iter().take(self.count).map(|s| s.candidate).collect()
     }
 }

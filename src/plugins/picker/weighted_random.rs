@@ -29,10 +29,15 @@ pub fn build(spec: &PluginSpec, _: &BuildContext) -> Result<PluginInstance, Buil
 }
 
 impl Picker for WeightedRandomPicker {
-    fn pick(&self, _: &SchedulingContext<'_>, mut scored: Vec<ScoredCandidate>) -> Vec<Candidate> {
-        let mut rng = rand::rng();
+    fn pick(&self, _: &SchedulingContext<'_>, scored: Vec<ScoredCandidate>) -> Vec<Candidate> {
+        super::with_rng(|rng| self.pick_with(rng, scored))
+    }
+}
+
+impl WeightedRandomPicker {
+    fn pick_with(&self, rng: &mut dyn rand::RngCore, mut scored: Vec<ScoredCandidate>) -> Vec<Candidate> {
         if scored.iter().all(|s| s.score <= 0.0) {
-            scored.shuffle(&mut rng);
+            scored.shuffle(rng);
             return scored.into_iter().take(self.count).map(|s| s.candidate).collect();
         }
         let mut keyed: Vec<(f64, Candidate)> = scored

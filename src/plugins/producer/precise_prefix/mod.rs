@@ -101,6 +101,10 @@ impl PrefixSource for PrecisePrefixProducer {
             .map(|m| (m.endpoint, MatchInfo { match_blocks: m.blocks, weighted_blocks: m.weighted }))
             .collect()
     }
+
+    fn kv_index(&self) -> Option<Arc<PrefixIndex>> {
+        Some(self.index.clone())
+    }
 }
 
 /// The endpoint list as KV-event sources.
