@@ -7,17 +7,14 @@ use epp::endpoints::vllm_metrics::{builtin_engine, extract};
 use epp::request::estimate::estimate_tokens;
 use epp::request::openai::{ApiKind, parse_body, rewrite_model};
 
-const VLLM_EXPOSITION: &str = include_str!(concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/tests/fixtures/metrics/vllm-0.33.0.txt"
-));
+const VLLM_EXPOSITION: &str =
+    include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/metrics/vllm-0.33.0.txt"));
 
 /// A realistic chat body of about `target` bytes: a system prompt, tools, then alternating
 /// user/assistant turns (some multi-part) with escapes and non-ASCII text.
 fn chat_body(target: usize) -> Vec<u8> {
     let sentence = "The quick brown fox \"jumps\" over the lazy dog; naïve café — 1234.\n";
-    let mut messages =
-        vec![serde_json::json!({"role": "system", "content": "You are a helpful assistant."})];
+    let mut messages = vec![serde_json::json!({"role": "system", "content": "You are a helpful assistant."})];
     let mut i = 0;
     loop {
         let body = serde_json::json!({
@@ -61,9 +58,7 @@ fn bench_parse(c: &mut Criterion) {
         b.iter(|| serde_json::from_slice::<serde::de::IgnoredAny>(black_box(&body)).expect("json"))
     });
     let parsed = parse_body(ApiKind::ChatCompletions, &body).expect("valid");
-    c.bench_function("estimate_tokens_chat_100KB", |b| {
-        b.iter(|| estimate_tokens(black_box(&parsed.prompt)))
-    });
+    c.bench_function("estimate_tokens_chat_100KB", |b| b.iter(|| estimate_tokens(black_box(&parsed.prompt))));
     c.bench_function("rewrite_model_chat_100KB", |b| {
         b.iter(|| rewrite_model(black_box(&body), "my-lora").expect("valid"))
     });
@@ -71,9 +66,7 @@ fn bench_parse(c: &mut Criterion) {
 
 fn bench_metrics(c: &mut Criterion) {
     let mapping = builtin_engine("vllm").expect("builtin");
-    c.bench_function("extract_vllm_0.33_exposition", |b| {
-        b.iter(|| extract(black_box(VLLM_EXPOSITION), &mapping))
-    });
+    c.bench_function("extract_vllm_0.33_exposition", |b| b.iter(|| extract(black_box(VLLM_EXPOSITION), &mapping)));
 }
 
 criterion_group!(benches, bench_parse, bench_metrics);

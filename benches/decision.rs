@@ -22,7 +22,8 @@ fn bench(c: &mut Criterion) {
         g.bench_function(BenchmarkId::from_parameter(format!("{kb}KB")), |b| {
             b.iter(|| {
                 i += 1;
-                decide(&loaded.scheduler, &store, &headers, &metadata, &bodies[i % bodies.len()], true).expect("decides")
+                decide(&loaded.scheduler, &store, &headers, &metadata, &bodies[i % bodies.len()], true)
+                    .expect("decides")
             })
         });
     }
@@ -35,7 +36,8 @@ fn bench(c: &mut Criterion) {
         g.bench_function(BenchmarkId::from_parameter(n), |b| {
             b.iter(|| {
                 i += 1;
-                decide(&loaded.scheduler, &store, &headers, &metadata, &bodies[i % bodies.len()], true).expect("decides")
+                decide(&loaded.scheduler, &store, &headers, &metadata, &bodies[i % bodies.len()], true)
+                    .expect("decides")
             })
         });
     }

@@ -22,14 +22,25 @@ fn headers(mode: i32) -> ProcessingRequest {
             .collect(),
     };
     ProcessingRequest {
-        request: Some(Request::RequestHeaders(HttpHeaders { headers: Some(map), end_of_stream: false, ..Default::default() })),
-        protocol_config: Some(ProtocolConfiguration { request_body_mode: mode, response_body_mode: mode, ..Default::default() }),
+        request: Some(Request::RequestHeaders(HttpHeaders {
+            headers: Some(map),
+            end_of_stream: false,
+            ..Default::default()
+        })),
+        protocol_config: Some(ProtocolConfiguration {
+            request_body_mode: mode,
+            response_body_mode: mode,
+            ..Default::default()
+        }),
         ..Default::default()
     }
 }
 
 fn body(bytes: &[u8]) -> ProcessingRequest {
-    ProcessingRequest { request: Some(Request::RequestBody(HttpBody { body: bytes.to_vec(), end_of_stream: true })), ..Default::default() }
+    ProcessingRequest {
+        request: Some(Request::RequestBody(HttpBody { body: bytes.to_vec(), end_of_stream: true })),
+        ..Default::default()
+    }
 }
 
 fn bench(c: &mut Criterion) {
@@ -45,7 +56,8 @@ fn bench(c: &mut Criterion) {
     settings.endpoints_file = Some(file);
     settings.refresh_metrics_interval = Duration::from_secs(3600);
     let app = rt.block_on(App::start(settings)).expect("start");
-    let mut client = rt.block_on(ExternalProcessorClient::connect(format!("http://{}", app.grpc_addr))).expect("connect");
+    let mut client =
+        rt.block_on(ExternalProcessorClient::connect(format!("http://{}", app.grpc_addr))).expect("connect");
     let payload = synthetic::chat_body(10_000, 1, 1);
     for (name, mode, replies) in [("full_duplex_10KB", 4, 2usize), ("buffered_10KB", 2, 2usize)] {
         c.bench_function(name, |b| {

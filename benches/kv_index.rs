@@ -6,10 +6,10 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use criterion::{criterion_group, Criterion, Throughput};
+use criterion::{Criterion, Throughput, criterion_group};
 use epp::kvcache::events::{BlockStored, EventBatch, KvEvent, Tier};
 use epp::kvcache::index::{AddMode, IndexConfig, KeyMode, PrefixIndex, RemoveMode};
-use epp::kvcache::keys::{request_keys, RequestKeyer};
+use epp::kvcache::keys::{RequestKeyer, request_keys};
 
 const ENDPOINTS: usize = 64;
 const CHAIN: usize = 128;
@@ -24,7 +24,11 @@ fn splitmix(x: &mut u64) -> u64 {
 }
 
 fn engine_index(capacity: usize) -> PrefixIndex {
-    PrefixIndex::new(IndexConfig { key_mode: KeyMode::Engine { hasher: None, block_size: 16 }, capacity, ..IndexConfig::default() })
+    PrefixIndex::new(IndexConfig {
+        key_mode: KeyMode::Engine { hasher: None, block_size: 16 },
+        capacity,
+        ..IndexConfig::default()
+    })
 }
 
 /// ~10M (block, endpoint) entries: chains of 128 keys, each on 1-3 endpoints.
@@ -87,7 +91,10 @@ fn apply_benches(c: &mut Criterion) {
         })
     });
     // Request-key mode: decoded BlockStored with tokens (re-keying included).
-    let ridx = PrefixIndex::new(IndexConfig { key_mode: KeyMode::Request { keyer: RequestKeyer::default(), block_size: 16 }, ..IndexConfig::default() });
+    let ridx = PrefixIndex::new(IndexConfig {
+        key_mode: KeyMode::Request { keyer: RequestKeyer::default(), block_size: 16 },
+        ..IndexConfig::default()
+    });
     let batch = EventBatch {
         events: (0..64)
             .map(|i| {
@@ -105,13 +112,20 @@ fn apply_benches(c: &mut Criterion) {
     g.bench_function("request_keys_batch_64x16", |b| b.iter(|| black_box(ridx.apply("pod-a", "m", &batch))));
     g.finish();
     let toks: Vec<u32> = (0..2048).collect();
-    c.bench_function("request_keys_2048_tokens", |b| b.iter(|| black_box(request_keys("m", None, black_box(&toks), 16))));
+    c.bench_function("request_keys_2048_tokens", |b| {
+        b.iter(|| black_box(request_keys("m", None, black_box(&toks), 16)))
+    });
 }
 
 fn lookup_benches(c: &mut Criterion) {
     let t0 = Instant::now();
     let (idx, chains) = big_index();
-    println!("kv_index: built {} entries in {:.1}s ({:.2} M entries/s)", idx.entries(), t0.elapsed().as_secs_f64(), idx.entries() as f64 / t0.elapsed().as_secs_f64() / 1e6);
+    println!(
+        "kv_index: built {} entries in {:.1}s ({:.2} M entries/s)",
+        idx.entries(),
+        t0.elapsed().as_secs_f64(),
+        idx.entries() as f64 / t0.elapsed().as_secs_f64() / 1e6
+    );
     percentiles(&idx, &chains);
     let mut rng = 9u64;
     c.bench_function("lookup_128_blocks_10M_entries", |b| {

@@ -43,7 +43,8 @@ fn conversation_bodies() -> (Vec<u8>, Vec<u8>) {
     let history = prompt_100k();
     let mut messages = vec![serde_json::json!({"role": "user", "content": history})];
     let previous = serde_json::to_vec(&serde_json::json!({"model": "m", "messages": messages})).expect("json");
-    messages.push(serde_json::json!({"role": "assistant", "content": "Here is a short summary of the document you sent."}));
+    messages
+        .push(serde_json::json!({"role": "assistant", "content": "Here is a short summary of the document you sent."}));
     messages.push(serde_json::json!({"role": "user", "content": "Thanks. Now list three open questions about it."}));
     let follow_up = serde_json::to_vec(&serde_json::json!({"model": "m", "messages": messages})).expect("json");
     (previous, follow_up)

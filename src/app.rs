@@ -13,8 +13,8 @@ use anyhow::Context;
 use arc_swap::ArcSwap;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
-use tonic::transport::server::TcpIncoming;
 use tokio_util::sync::CancellationToken;
+use tonic::transport::server::TcpIncoming;
 use tonic_health::ServingStatus;
 use tracing::{info, warn};
 
@@ -108,7 +108,11 @@ pub struct App {
 }
 
 /// Loads and validates a config (or the default) against the built-in registry.
-pub fn load_config(text: Option<&str>, cx: &BuildContext, metrics: SchedulerMetrics) -> Result<LoadedConfig, config::ConfigErrors> {
+pub fn load_config(
+    text: Option<&str>,
+    cx: &BuildContext,
+    metrics: SchedulerMetrics,
+) -> Result<LoadedConfig, config::ConfigErrors> {
     let text = text.unwrap_or(config::defaults::DEFAULT_CONFIG);
     config::load(text, &builtin(), cx, metrics)
 }
@@ -125,14 +129,19 @@ impl App {
             store.replace(endpoints);
             loaded_bytes = bytes;
         }
-        let cx = BuildContext { endpoints: store.clone(), metrics: PluginMetrics::register(&registry)?, ..Default::default() };
+        let cx = BuildContext {
+            endpoints: store.clone(),
+            metrics: PluginMetrics::register(&registry)?,
+            ..Default::default()
+        };
         let mut loaded = load_config(settings.config_text.as_deref(), &cx, SchedulerMetrics::register(&registry)?)?;
         for note in &loaded.injected {
             info!(default = %note, "Config default injected");
         }
         loaded.scheduler.objectives = settings.objectives.clone();
         let scrape = scrape_config(&settings, &loaded);
-        let services: Vec<Arc<dyn BackgroundService>> = loaded.plugins.iter().filter_map(|p| p.background.clone()).collect();
+        let services: Vec<Arc<dyn BackgroundService>> =
+            loaded.plugins.iter().filter_map(|p| p.background.clone()).collect();
         let shared = Arc::new(Shared {
             scheduler: ArcSwap::from_pointee(loaded.scheduler),
             store: store.clone(),
@@ -141,9 +150,15 @@ impl App {
         });
         let scrape_metrics = ScrapeMetrics::register(&registry)?;
 
-        let grpc = TcpListener::bind(settings.grpc_addr).await.with_context(|| format!("bind ext_proc {}", settings.grpc_addr))?;
-        let health = TcpListener::bind(settings.health_addr).await.with_context(|| format!("bind health {}", settings.health_addr))?;
-        let admin = TcpListener::bind(settings.metrics_addr).await.with_context(|| format!("bind metrics {}", settings.metrics_addr))?;
+        let grpc = TcpListener::bind(settings.grpc_addr)
+            .await
+            .with_context(|| format!("bind ext_proc {}", settings.grpc_addr))?;
+        let health = TcpListener::bind(settings.health_addr)
+            .await
+            .with_context(|| format!("bind health {}", settings.health_addr))?;
+        let admin = TcpListener::bind(settings.metrics_addr)
+            .await
+            .with_context(|| format!("bind metrics {}", settings.metrics_addr))?;
         let (grpc_addr, health_addr, metrics_addr) = (grpc.local_addr()?, health.local_addr()?, admin.local_addr()?);
 
         let cancel = CancellationToken::new();
@@ -163,10 +178,12 @@ impl App {
             }
         });
 
-        let ext_proc = ExternalProcessorServer::new(ExtProcService::new(shared.clone())).max_decoding_message_size(settings.grpc_max_recv_bytes);
+        let ext_proc = ExternalProcessorServer::new(ExtProcService::new(shared.clone()))
+            .max_decoding_message_size(settings.grpc_max_recv_bytes);
         // One stream per HTTP request, many per connection: gateways end streams early (reset)
         // whenever a request finishes or is cancelled, which must not count as abuse.
-        let mut builder = tonic::transport::Server::builder().http2_max_local_error_reset_streams(None).max_concurrent_streams(None);
+        let mut builder =
+            tonic::transport::Server::builder().http2_max_local_error_reset_streams(None).max_concurrent_streams(None);
         if settings.secure_serving {
             builder = builder.tls_config(crate::tls::server_tls(settings.cert_path.as_deref())?)?;
         }
@@ -195,7 +212,13 @@ impl App {
         });
         tasks.spawn(crate::telemetry::admin::serve(admin, registry.clone(), ready, cancel.clone()));
         if let Some(path) = settings.endpoints_file.clone() {
-            tasks.spawn(watch_endpoints_file(path, loaded_bytes, store.clone(), settings.endpoints_poll_interval, cancel.clone()));
+            tasks.spawn(watch_endpoints_file(
+                path,
+                loaded_bytes,
+                store.clone(),
+                settings.endpoints_poll_interval,
+                cancel.clone(),
+            ));
         }
         tasks.spawn(run_scrapers(store.clone(), Arc::new(scrape), scrape_metrics, cancel.clone()));
         info!(%grpc_addr, %health_addr, %metrics_addr, tls = settings.secure_serving, "epp serving");

@@ -31,6 +31,9 @@
 //! file --> config::raw --> config::loader --> plugins::registry --> Arc<Scheduler>
 //! ```
 
+pub mod app;
+pub mod bench;
+pub mod cli;
 pub mod config;
 pub mod endpoints;
 pub mod extproc;
@@ -39,14 +42,11 @@ pub mod plugins;
 pub mod proto;
 pub mod request;
 pub mod scheduling;
-pub mod telemetry;
-pub mod tokenize;
-pub mod tls;
-pub mod app;
-pub mod bench;
-pub mod cli;
-pub mod validate;
 pub mod sim;
+pub mod telemetry;
+pub mod tls;
+pub mod tokenize;
+pub mod validate;
 
 #[cfg(test)]
 pub(crate) mod test_util;

@@ -36,10 +36,14 @@ fn validate(files: &[std::path::PathBuf], output: epp::validate::OutputFormat) -
 
 async fn serve(args: epp::cli::ServeArgs) -> anyhow::Result<()> {
     if args.pool_name.is_some() {
-        bail!("--pool-name (Kubernetes InferencePool discovery) is not available in this build; list the endpoints in --endpoints-file");
+        bail!(
+            "--pool-name (Kubernetes InferencePool discovery) is not available in this build; list the endpoints in --endpoints-file"
+        );
     }
     let config_text = match (&args.config_file, &args.config_text) {
-        (Some(path), _) => Some(std::fs::read_to_string(path).with_context(|| format!("reading --config-file {}", path.display()))?),
+        (Some(path), _) => {
+            Some(std::fs::read_to_string(path).with_context(|| format!("reading --config-file {}", path.display()))?)
+        }
         (None, Some(text)) => Some(text.clone()),
         (None, None) => None,
     };

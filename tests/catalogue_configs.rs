@@ -27,15 +27,22 @@ fn every_config_fixture_loads() {
 
 #[test]
 fn production_pd_config_wires_producers_and_handler() {
-    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/configs/kserve-pd-glm.yaml")).unwrap();
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/configs/kserve-pd-glm.yaml"),
+    )
+    .unwrap();
     let loaded = load(&text).unwrap();
     let producers: Vec<String> = loaded.scheduler.producers.iter().map(|p| p.name.to_string()).collect();
-    let pos = |n: &str| producers.iter().position(|p| p == n).unwrap_or_else(|| panic!("{n} missing from {producers:?}"));
+    let pos =
+        |n: &str| producers.iter().position(|p| p == n).unwrap_or_else(|| panic!("{n} missing from {producers:?}"));
     assert!(pos("token-producer") < pos("approx-prefix-cache-producer"));
     assert!(pos("approx-prefix-cache-producer") < pos("inflight-load-producer"));
     assert_eq!(&*loaded.scheduler.handler.name, "disagg-profile-handler");
     let hooks: Vec<String> = loaded.scheduler.pre_request.iter().map(|h| h.name.to_string()).collect();
-    assert!(hooks.contains(&"disagg-headers-handler".to_string()) && hooks.contains(&"disagg-profile-handler".to_string()), "{hooks:?}");
+    assert!(
+        hooks.contains(&"disagg-headers-handler".to_string()) && hooks.contains(&"disagg-profile-handler".to_string()),
+        "{hooks:?}"
+    );
 }
 
 #[test]
@@ -73,7 +80,9 @@ fn undeclared_ref_far_from_declared_names_suggests_a_type() {
 #[test]
 fn deprecated_aliases_load() {
     for t in ["by-label-selector", "prefill-header-handler"] {
-        let text = format!("plugins: [{{type: {t}}}, {{type: queue-scorer}}]\nschedulingProfiles: [{{name: p, plugins: [{{pluginRef: queue-scorer}}]}}]");
+        let text = format!(
+            "plugins: [{{type: {t}}}, {{type: queue-scorer}}]\nschedulingProfiles: [{{name: p, plugins: [{{pluginRef: queue-scorer}}]}}]"
+        );
         assert!(load(&text).is_ok(), "{t}");
     }
 }

@@ -26,7 +26,8 @@ fn every_shipped_config_loads() {
 
 #[test]
 fn shipped_default_matches_the_embedded_default() {
-    let shipped: serde_yaml::Value = serde_yaml::from_str(&std::fs::read_to_string(deploy("configs/default.yaml")).unwrap()).unwrap();
+    let shipped: serde_yaml::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(deploy("configs/default.yaml")).unwrap()).unwrap();
     let embedded: serde_yaml::Value = serde_yaml::from_str(epp::config::defaults::DEFAULT_CONFIG).unwrap();
     assert_eq!(shipped, embedded);
 }

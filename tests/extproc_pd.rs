@@ -26,7 +26,11 @@ async fn production_pd_config_routes_to_decode_with_a_prefiller_header() {
         ex.send(request_headers("/v1/chat/completions", &incoming, false, Some((FULL_DUPLEX, FULL_DUPLEX)))).await;
         ex.send(request_body(&chat("zai-org/GLM-5.3", "hello prefill and decode", false), true)).await;
         let reply = ex.next().await;
-        assert_eq!(set_header(&reply, "x-gateway-destination-endpoint"), Some(decode.addr.to_string()), "round {round}");
+        assert_eq!(
+            set_header(&reply, "x-gateway-destination-endpoint"),
+            Some(decode.addr.to_string()),
+            "round {round}"
+        );
         assert_eq!(metadata_destination(&reply), Some(decode.addr.to_string()));
         assert_eq!(set_header(&reply, "x-prefiller-host-port"), Some(prefill.addr.to_string()));
         assert_eq!(set_header(&reply, "x-encoder-hosts-ports"), None);

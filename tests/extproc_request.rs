@@ -21,7 +21,13 @@ async fn full_duplex_defers_headers_then_echoes_the_body_in_chunks() {
     let mut ex = Exchange::open(&mut client).await;
     let body = chat("m", &"long prompt ".repeat(13_000), true);
     assert!(body.len() > 124_000);
-    ex.send(request_headers("/v1/chat/completions", &[("content-length", &body.len().to_string())], false, Some((FULL_DUPLEX, FULL_DUPLEX)))).await;
+    ex.send(request_headers(
+        "/v1/chat/completions",
+        &[("content-length", &body.len().to_string())],
+        false,
+        Some((FULL_DUPLEX, FULL_DUPLEX)),
+    ))
+    .await;
     let (a, rest) = body.split_at(65_536);
     let (b, c) = rest.split_at(40_000);
     ex.send(request_body(a, false)).await;
@@ -117,7 +123,10 @@ async fn duplicate_end_of_stream_is_ignored() {
     let replies = ex.take(3).await;
     assert!(is_request_headers(&replies[0]));
     assert!(streamed(&replies[1]).is_some());
-    assert!(matches!(replies[2].response, Some(epp::proto::ext_proc::processing_response::Response::ResponseHeaders(_))), "the duplicate got no reply and was not scheduled again");
+    assert!(
+        matches!(replies[2].response, Some(epp::proto::ext_proc::processing_response::Response::ResponseHeaders(_))),
+        "the duplicate got no reply and was not scheduled again"
+    );
 }
 
 #[tokio::test]
@@ -126,13 +135,25 @@ async fn subset_hint_restricts_candidates_and_an_empty_hint_is_503() {
     let mut client = epp.client().await;
     let mut ex = Exchange::open(&mut client).await;
     let hint = format!("{}:1", busy.addr.ip());
-    ex.send(with_subset_hint(request_headers("/v1/chat/completions", &[], false, Some((FULL_DUPLEX, FULL_DUPLEX))), &[&hint])).await;
+    ex.send(with_subset_hint(
+        request_headers("/v1/chat/completions", &[], false, Some((FULL_DUPLEX, FULL_DUPLEX))),
+        &[&hint],
+    ))
+    .await;
     ex.send(request_body(&chat("m", "hi", false), true)).await;
     let r = ex.next().await;
-    assert_eq!(set_header(&r, "x-gateway-destination-endpoint"), Some(busy.addr.to_string()), "only the hinted pod (port ignored)");
+    assert_eq!(
+        set_header(&r, "x-gateway-destination-endpoint"),
+        Some(busy.addr.to_string()),
+        "only the hinted pod (port ignored)"
+    );
 
     let mut ex = Exchange::open(&mut client).await;
-    ex.send(with_subset_hint(request_headers("/v1/chat/completions", &[], false, Some((FULL_DUPLEX, FULL_DUPLEX))), &[])).await;
+    ex.send(with_subset_hint(
+        request_headers("/v1/chat/completions", &[], false, Some((FULL_DUPLEX, FULL_DUPLEX))),
+        &[],
+    ))
+    .await;
     ex.send(request_body(&chat("m", "hi", false), true)).await;
     let (status, body) = immediate(&ex.next().await).expect("immediate");
     assert_eq!(status, 503);
@@ -154,17 +175,31 @@ async fn expect_error(epp: &TestEpp, path: &str, body: &[u8], status: i32, prefi
 async fn error_mapping() {
     let (_busy, _idle, epp) = two_pods().await;
     expect_error(&epp, "/v1/chat/completions", b"{not json", 400, "inference error: BadRequest - ").await;
-    expect_error(&epp, "/v1/chat/completions", br#"{"messages": []}"#, 400, "inference error: BadRequest - model not found in request body").await;
-    expect_error(&epp, "/v1/completions", br#"{"model": 7, "prompt": "x"}"#, 400, "inference error: BadRequest - ").await;
+    expect_error(
+        &epp,
+        "/v1/chat/completions",
+        br#"{"messages": []}"#,
+        400,
+        "inference error: BadRequest - model not found in request body",
+    )
+    .await;
+    expect_error(&epp, "/v1/completions", br#"{"model": 7, "prompt": "x"}"#, 400, "inference error: BadRequest - ")
+        .await;
     expect_error(&epp, "/v1/completions", br#"[1, 2]"#, 400, "inference error: BadRequest - ").await;
     let metrics = scrape(epp.app.metrics_addr).await;
-    assert!(metrics.lines().any(|l| l.starts_with("inference_objective_request_error_total") && l.contains("error_code=\"BadRequest\"")), "errors counted");
+    assert!(
+        metrics.lines().any(
+            |l| l.starts_with("inference_objective_request_error_total") && l.contains("error_code=\"BadRequest\"")
+        ),
+        "errors counted"
+    );
 }
 
 #[tokio::test]
 async fn no_endpoints_is_503_and_all_filtered_is_429() {
     let epp = TestEpp::start("endpoints: []\n", None, |_| {}).await;
-    expect_error(&epp, "/v1/chat/completions", &chat("m", "hi", false), 503, "inference error: ServiceUnavailable - ").await;
+    expect_error(&epp, "/v1/chat/completions", &chat("m", "hi", false), 503, "inference error: ServiceUnavailable - ")
+        .await;
     let mut client = epp.client().await;
     let mut ex = Exchange::open(&mut client).await;
     ex.send(request_headers("/v1/models", &[], true, None)).await;
@@ -175,7 +210,14 @@ async fn no_endpoints_is_503_and_all_filtered_is_429() {
     let eps = endpoints_yaml(&[("unlabeled", pod.addr, &[])]);
     let config = "plugins: [{type: prefill-filter}, {type: queue-scorer}]\nschedulingProfiles: [{name: prefill, plugins: [{pluginRef: prefill-filter}, {pluginRef: queue-scorer}]}]";
     let epp = TestEpp::start(&eps, Some(config), |_| {}).await;
-    expect_error(&epp, "/v1/chat/completions", &chat("m", "hi", false), 429, "inference error: ResourceExhausted - failed to find target endpoint").await;
+    expect_error(
+        &epp,
+        "/v1/chat/completions",
+        &chat("m", "hi", false),
+        429,
+        "inference error: ResourceExhausted - failed to find target endpoint",
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -196,7 +238,13 @@ async fn model_rewrite_changes_the_body_and_strips_control_headers() {
     let mut client = epp.client().await;
     let mut ex = Exchange::open(&mut client).await;
     let body = chat("alias", "hi", false);
-    ex.send(request_headers("/v1/chat/completions", &[("x-gateway-model-name-rewrite", "real-model"), ("x-request-id", "rid-1")], false, Some((FULL_DUPLEX, FULL_DUPLEX)))).await;
+    ex.send(request_headers(
+        "/v1/chat/completions",
+        &[("x-gateway-model-name-rewrite", "real-model"), ("x-request-id", "rid-1")],
+        false,
+        Some((FULL_DUPLEX, FULL_DUPLEX)),
+    ))
+    .await;
     ex.send(request_body(&body, true)).await;
     let r = ex.take(2).await;
     let (sent, _) = streamed(&r[1]).unwrap();
@@ -223,13 +271,21 @@ async fn endpoints_file_reload_keeps_in_flight_streams() {
     in_flight.send(request_body(br#""prompt":"x"}"#, true)).await;
     let r = in_flight.take(2).await;
     assert_eq!(set_header(&r[0], "x-gateway-destination-endpoint"), Some(b.addr.to_string()));
-    assert_eq!(streamed(&r[1]).unwrap().0, br#"{"model":"m","prompt":"x"}"#.to_vec(), "stream survived the reload intact");
+    assert_eq!(
+        streamed(&r[1]).unwrap().0,
+        br#"{"model":"m","prompt":"x"}"#.to_vec(),
+        "stream survived the reload intact"
+    );
 
     std::fs::write(&epp.endpoints_file, "endpoints: [{name: broken").unwrap();
     let mut fresh = Exchange::open(&mut client).await;
     fresh.send(request_headers("/v1/chat/completions", &[], false, Some((FULL_DUPLEX, FULL_DUPLEX)))).await;
     fresh.send(request_body(&chat("m", "hi", false), true)).await;
-    assert_eq!(set_header(&fresh.next().await, "x-gateway-destination-endpoint"), Some(b.addr.to_string()), "a broken file keeps the previous list");
+    assert_eq!(
+        set_header(&fresh.next().await, "x-gateway-destination-endpoint"),
+        Some(b.addr.to_string()),
+        "a broken file keeps the previous list"
+    );
 }
 
 #[tokio::test]
@@ -245,7 +301,13 @@ async fn sheddable_objectives_get_429_only_while_saturated() {
         async move {
             let mut client = epp.client().await;
             let mut ex = Exchange::open(&mut client).await;
-            ex.send(request_headers("/v1/chat/completions", &[("x-gateway-inference-objective", objective)], false, Some((FULL_DUPLEX, FULL_DUPLEX)))).await;
+            ex.send(request_headers(
+                "/v1/chat/completions",
+                &[("x-gateway-inference-objective", objective)],
+                false,
+                Some((FULL_DUPLEX, FULL_DUPLEX)),
+            ))
+            .await;
             ex.send(request_body(&chat("m", "hi", false), true)).await;
             ex.next().await
         }
@@ -253,8 +315,14 @@ async fn sheddable_objectives_get_429_only_while_saturated() {
     let (status, body) = immediate(&send("batch").await).expect("shed");
     assert_eq!(status, 429);
     assert_eq!(body, "inference error: ResourceExhausted - system saturated, sheddable request dropped");
-    assert!(set_header(&send("chat").await, "x-gateway-destination-endpoint").is_some(), "non-negative priority is never shed");
+    assert!(
+        set_header(&send("chat").await, "x-gateway-destination-endpoint").is_some(),
+        "non-negative priority is never shed"
+    );
     pod.set(0, 0, 0.1);
     epp.wait_waiting(&[("pod", 0)]).await;
-    assert!(set_header(&send("batch").await, "x-gateway-destination-endpoint").is_some(), "not saturated: sheddable requests route");
+    assert!(
+        set_header(&send("batch").await, "x-gateway-destination-endpoint").is_some(),
+        "not saturated: sheddable requests route"
+    );
 }

@@ -7,9 +7,9 @@ use common::*;
 use epp::proto::ext_proc::external_processor_client::ExternalProcessorClient;
 use epp::proto::ext_proc::processing_response::Response;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig};
+use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
-use tonic_health::pb::HealthCheckRequest;
 
 async fn one_pod() -> (FakeVllm, TestEpp) {
     let pod = FakeVllm::start([127, 0, 0, 8], 0, 0, 0.0).await;
@@ -31,7 +31,13 @@ async fn tls_with_cert_path_serves_ext_proc() {
     })
     .await;
     let tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(cert)).domain_name("localhost");
-    let channel = Channel::from_shared(format!("https://{}", epp.app.grpc_addr)).unwrap().tls_config(tls).unwrap().connect().await.expect("TLS handshake");
+    let channel = Channel::from_shared(format!("https://{}", epp.app.grpc_addr))
+        .unwrap()
+        .tls_config(tls)
+        .unwrap()
+        .connect()
+        .await
+        .expect("TLS handshake");
     let mut client = ExternalProcessorClient::new(channel);
     let mut ex = Exchange::open(&mut client).await;
     ex.send(request_headers("/v1/chat/completions", &[], false, Some((FULL_DUPLEX, FULL_DUPLEX)))).await;
@@ -57,15 +63,27 @@ async fn self_signed_tls_when_no_cert_path() {
     // The generated certificate is unknown to the client: the handshake must fail on
     // verification (proving TLS is served), not on the connection.
     let tls = ClientTlsConfig::new().domain_name("localhost");
-    let err = Channel::from_shared(format!("https://{}", epp.app.grpc_addr)).unwrap().tls_config(tls).unwrap().connect().await;
+    let err = Channel::from_shared(format!("https://{}", epp.app.grpc_addr))
+        .unwrap()
+        .tls_config(tls)
+        .unwrap()
+        .connect()
+        .await;
     let message = format!("{:?}", err.err().expect("unverifiable certificate"));
-    assert!(message.to_lowercase().contains("certificate") || message.contains("InvalidCertificate") || message.contains("UnknownIssuer"), "{message}");
+    assert!(
+        message.to_lowercase().contains("certificate")
+            || message.contains("InvalidCertificate")
+            || message.contains("UnknownIssuer"),
+        "{message}"
+    );
 }
 
 #[tokio::test]
 async fn health_reports_serving_for_every_service_name() {
     let (_pod, epp) = one_pod().await;
-    let mut health = HealthClient::new(Channel::from_shared(format!("http://{}", epp.app.health_addr)).unwrap().connect().await.unwrap());
+    let mut health = HealthClient::new(
+        Channel::from_shared(format!("http://{}", epp.app.health_addr)).unwrap().connect().await.unwrap(),
+    );
     for name in ["", "liveness", "readiness", "envoy.service.ext_proc.v3.ExternalProcessor"] {
         let status = health.check(HealthCheckRequest { service: name.into() }).await.unwrap().into_inner().status;
         assert_eq!(status, ServingStatus::Serving as i32, "service {name:?}");
@@ -78,8 +96,15 @@ async fn health_reports_serving_for_every_service_name() {
 async fn health_checking_flag_adds_health_on_the_ext_proc_port() {
     let pod = FakeVllm::start([127, 0, 0, 11], 0, 0, 0.0).await;
     let epp = TestEpp::start(&endpoints_yaml(&[("pod", pod.addr, &[])]), None, |s| s.health_checking = true).await;
-    let mut health = HealthClient::new(Channel::from_shared(format!("http://{}", epp.app.grpc_addr)).unwrap().connect().await.unwrap());
-    let status = health.check(HealthCheckRequest { service: "envoy.service.ext_proc.v3.ExternalProcessor".into() }).await.unwrap().into_inner().status;
+    let mut health = HealthClient::new(
+        Channel::from_shared(format!("http://{}", epp.app.grpc_addr)).unwrap().connect().await.unwrap(),
+    );
+    let status = health
+        .check(HealthCheckRequest { service: "envoy.service.ext_proc.v3.ExternalProcessor".into() })
+        .await
+        .unwrap()
+        .into_inner()
+        .status;
     assert_eq!(status, ServingStatus::Serving as i32);
 }
 
@@ -118,7 +143,8 @@ async fn response_path_echoes_in_order_and_counts_usage() {
     assert!(matches!(r.response, Some(Response::ResponseHeaders(_))));
     assert_eq!(set_header(&r, "x-went-into-resp-headers").as_deref(), Some("true"));
     let c1 = b"data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n".to_vec();
-    let c2 = b"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":3}}\n\ndata: [DONE]\n\n".to_vec();
+    let c2 =
+        b"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":3}}\n\ndata: [DONE]\n\n".to_vec();
     ex.send(response_body(&c1, false)).await;
     assert_eq!(streamed(&ex.next().await), Some((c1, false)));
     ex.send(response_body(&c2, true)).await;
@@ -135,14 +161,21 @@ async fn response_path_echoes_in_order_and_counts_usage() {
     let (a, b) = json.split_at(20);
     ex.send(response_body(a, false)).await;
     ex.send(response_body(b, true)).await;
-    assert_eq!(streamed(&ex.next().await), Some((json.to_vec(), true)), "nothing sent before the end, then the whole body");
+    assert_eq!(
+        streamed(&ex.next().await),
+        Some((json.to_vec(), true)),
+        "nothing sent before the end, then the whole body"
+    );
     ex.send(epp_trailers()).await;
     assert!(matches!(ex.next().await.response, Some(Response::ResponseTrailers(_))));
     drop(ex);
 
     // Usage from both responses reached the token histograms (7 + 11 prompt tokens).
     let text = scrape(epp.app.metrics_addr).await;
-    assert!(text.contains("inference_objective_input_tokens_sum{model_name=\"m\",target_model_name=\"m\"} 18"), "{text}");
+    assert!(
+        text.contains("inference_objective_input_tokens_sum{model_name=\"m\",target_model_name=\"m\"} 18"),
+        "{text}"
+    );
     assert!(text.contains("inference_objective_output_tokens_sum{model_name=\"m\",target_model_name=\"m\"} 8"));
     assert!(text.contains("inference_objective_prompt_cached_tokens_sum{model_name=\"m\",target_model_name=\"m\"} 4"));
 }
@@ -152,7 +185,13 @@ async fn rewritten_model_name_is_restored_in_responses() {
     let (_pod, epp) = one_pod().await;
     let mut client = epp.client().await;
     let mut ex = Exchange::open(&mut client).await;
-    ex.send(request_headers("/v1/chat/completions", &[("x-gateway-model-name-rewrite", "real")], false, Some((FULL_DUPLEX, FULL_DUPLEX)))).await;
+    ex.send(request_headers(
+        "/v1/chat/completions",
+        &[("x-gateway-model-name-rewrite", "real")],
+        false,
+        Some((FULL_DUPLEX, FULL_DUPLEX)),
+    ))
+    .await;
     ex.send(request_body(&chat("alias", "hi", false), true)).await;
     ex.take(2).await;
     ex.send(response_headers("200", "application/json")).await;
@@ -168,16 +207,29 @@ async fn buffered_response_mode_answers_each_message() {
     let (_pod, epp) = one_pod().await;
     let mut client = epp.client().await;
     let mut ex = Exchange::open(&mut client).await;
-    ex.send(request_headers("/v1/completions", &[("x-gateway-model-name-rewrite", "real")], false, Some((BUFFERED, BUFFERED)))).await;
+    ex.send(request_headers(
+        "/v1/completions",
+        &[("x-gateway-model-name-rewrite", "real")],
+        false,
+        Some((BUFFERED, BUFFERED)),
+    ))
+    .await;
     ex.next().await;
     ex.send(request_body(br#"{"model":"alias","prompt":"hi"}"#, true)).await;
     let routed = ex.next().await;
-    assert_eq!(replaced_body(&routed), Some(br#"{"model":"real","prompt":"hi"}"#.to_vec()), "buffered rewrite uses a body mutation");
+    assert_eq!(
+        replaced_body(&routed),
+        Some(br#"{"model":"real","prompt":"hi"}"#.to_vec()),
+        "buffered rewrite uses a body mutation"
+    );
     assert_eq!(set_header(&routed, "content-length"), Some("30".into()));
     ex.send(response_headers("200", "application/json")).await;
     ex.next().await;
     ex.send(response_body(br#"{"model":"real","usage":{"prompt_tokens":2,"completion_tokens":1}}"#, true)).await;
-    assert_eq!(replaced_body(&ex.next().await), Some(br#"{"model":"alias","usage":{"prompt_tokens":2,"completion_tokens":1}}"#.to_vec()));
+    assert_eq!(
+        replaced_body(&ex.next().await),
+        Some(br#"{"model":"alias","usage":{"prompt_tokens":2,"completion_tokens":1}}"#.to_vec())
+    );
 }
 
 fn epp_trailers() -> epp::proto::ext_proc::ProcessingRequest {
@@ -191,7 +243,11 @@ fn epp_trailers() -> epp::proto::ext_proc::ProcessingRequest {
 async fn readiness_follows_endpoints() {
     let epp = TestEpp::start("endpoints: []\n", None, |_| {}).await;
     let stream = tokio::net::TcpStream::connect(epp.app.metrics_addr).await.unwrap();
-    let (mut sender, conn) = hyper::client::conn::http1::handshake::<_, http_body_util::Empty<bytes::Bytes>>(hyper_util::rt::TokioIo::new(stream)).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake::<_, http_body_util::Empty<bytes::Bytes>>(
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .unwrap();
     tokio::spawn(conn);
     let req = hyper::Request::get("/readyz").header("host", "x").body(http_body_util::Empty::new()).unwrap();
     assert_eq!(sender.send_request(req).await.unwrap().status(), 503);

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use epp::kvcache::decode::decode_batch;
 use epp::kvcache::events::KvEvent;
 use epp::kvcache::index::{IndexConfig, KeyMode, PrefixIndex};
-use epp::kvcache::keys::{request_keys, RequestKeyer};
+use epp::kvcache::keys::{RequestKeyer, request_keys};
 use epp::kvcache::metrics::KvCacheMetrics;
 use epp::kvcache::subscriber::{KvEventSource, Subscriber, SubscriberConfig, SubscriberHandle};
 use tokio::sync::watch;
@@ -22,19 +22,29 @@ use zeromq::{PubSocket, RouterSocket, Socket, SocketRecv, SocketSend, ZmqMessage
 const TOPIC: &str = "kv@127.0.0.1:8000@m";
 
 fn payload(i: usize) -> Bytes {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/kv_events/zmq/capture_payload_{i}.bin"));
+    let p =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/kv_events/zmq/capture_payload_{i}.bin"));
     Bytes::from(std::fs::read(p).expect("fixture"))
 }
 
 fn tokens(p: &Bytes) -> Vec<u32> {
-    decode_batch(p).expect("decodes").events.into_iter().filter_map(|e| match e {
-        KvEvent::BlockStored(s) => Some(s.token_ids),
-        _ => None,
-    }).flatten().collect()
+    decode_batch(p)
+        .expect("decodes")
+        .events
+        .into_iter()
+        .filter_map(|e| match e {
+            KvEvent::BlockStored(s) => Some(s.token_ids),
+            _ => None,
+        })
+        .flatten()
+        .collect()
 }
 
 fn index() -> Arc<PrefixIndex> {
-    Arc::new(PrefixIndex::new(IndexConfig { key_mode: KeyMode::Request { keyer: RequestKeyer::default(), block_size: 16 }, ..IndexConfig::default() }))
+    Arc::new(PrefixIndex::new(IndexConfig {
+        key_mode: KeyMode::Request { keyer: RequestKeyer::default(), block_size: 16 },
+        ..IndexConfig::default()
+    }))
 }
 
 /// The index that applying `payloads` directly would give.
@@ -57,7 +67,13 @@ fn blocks(idx: &PrefixIndex) -> usize {
 }
 
 fn source(kv_events_endpoint: Option<String>) -> KvEventSource {
-    KvEventSource { name: "pod-a".into(), address: IpAddr::V4(Ipv4Addr::LOCALHOST), port: 8000, rank: 0, kv_events_endpoint }
+    KvEventSource {
+        name: "pod-a".into(),
+        address: IpAddr::V4(Ipv4Addr::LOCALHOST),
+        port: 8000,
+        rank: 0,
+        kv_events_endpoint,
+    }
 }
 
 fn msg(frames: Vec<Bytes>) -> ZmqMessage {
@@ -65,7 +81,9 @@ fn msg(frames: Vec<Bytes>) -> ZmqMessage {
 }
 
 async fn publish(s: &mut PubSocket, topic: &str, seq: u64, p: Bytes) {
-    s.send(msg(vec![Bytes::from(topic.to_owned()), Bytes::copy_from_slice(&seq.to_be_bytes()), p])).await.expect("send");
+    s.send(msg(vec![Bytes::from(topic.to_owned()), Bytes::copy_from_slice(&seq.to_be_bytes()), p]))
+        .await
+        .expect("send");
 }
 
 /// Sends malformed 2-frame probes until the subscriber sees one (slow joiner).
@@ -117,7 +135,12 @@ async fn start(cfg: SubscriberConfig, src: KvEventSource) -> Setup {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn central_mode_topics_restart_gap_and_removal() {
-    let cfg = SubscriberConfig { zmq_endpoint: Some("tcp://127.0.0.1:0".into()), discover_pods: false, concurrency: 2, ..SubscriberConfig::default() };
+    let cfg = SubscriberConfig {
+        zmq_endpoint: Some("tcp://127.0.0.1:0".into()),
+        discover_pods: false,
+        concurrency: 2,
+        ..SubscriberConfig::default()
+    };
     let s = start(cfg, source(None)).await;
     let (h, m) = (&s.handle, &s.metrics);
     let mut publisher = PubSocket::new();
@@ -169,7 +192,13 @@ fn spawn_router(mut router: RouterSocket, store: Arc<Mutex<Vec<(u64, Bytes)>>>, 
             requests.lock().expect("lock").push(start);
             let batches: Vec<_> = store.lock().expect("lock").iter().filter(|(s, _)| *s >= start).cloned().collect();
             for (seq, p) in batches {
-                let reply = vec![id.clone(), Bytes::new(), Bytes::from_static(TOPIC.as_bytes()), Bytes::copy_from_slice(&seq.to_be_bytes()), p];
+                let reply = vec![
+                    id.clone(),
+                    Bytes::new(),
+                    Bytes::from_static(TOPIC.as_bytes()),
+                    Bytes::copy_from_slice(&seq.to_be_bytes()),
+                    p,
+                ];
                 router.send(msg(reply)).await.expect("reply");
             }
             let end = vec![id, Bytes::new(), Bytes::new(), Bytes::from_static(&[0xff; 8]), Bytes::new()];

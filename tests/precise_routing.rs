@@ -138,7 +138,10 @@ async fn token_prompt_follows_kv_events_and_forgets_after_clear() {
     let mut b = Pod::start([127, 0, 0, 31]).await;
     let c = Pod::start([127, 0, 0, 32]).await;
     let epp = TestEpp::start(&endpoints_with_kv(&[("a", &a), ("b", &b), ("c", &c)]), Some(CONFIG), |_| {}).await;
-    epp.wait_scraped(|set| ["a", "b", "c"].iter().all(|n| set.get(n).is_some_and(|e| e.metrics.load().updated_at.is_some()))).await;
+    epp.wait_scraped(|set| {
+        ["a", "b", "c"].iter().all(|n| set.get(n).is_some_and(|e| e.metrics.load().updated_at.is_some()))
+    })
+    .await;
 
     deliver(&epp, &mut b, batch(vec![stored(&tokens())]), "epp_kv_events_total{kind=\"block_stored\"").await;
     for _ in 0..10 {
@@ -156,7 +159,10 @@ async fn token_prompt_follows_kv_events_and_forgets_after_clear() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hash_drift_is_counted_and_reported_in_readiness() {
     let mut a = Pod::start([127, 0, 0, 33]).await;
-    let config = CONFIG.replace("tokenProcessorConfig: {blockSizeTokens: 16}", "tokenProcessorConfig: {blockSizeTokens: 16, hashSeed: \"42\", hashAlgorithm: sha256}");
+    let config = CONFIG.replace(
+        "tokenProcessorConfig: {blockSizeTokens: 16}",
+        "tokenProcessorConfig: {blockSizeTokens: 16, hashSeed: \"42\", hashAlgorithm: sha256}",
+    );
     let epp = TestEpp::start(&endpoints_with_kv(&[("a", &a)]), Some(&config), |_| {}).await;
     let (status, body) = http_get(epp.app.metrics_addr, "/readyz").await;
     assert_eq!(status, 200);

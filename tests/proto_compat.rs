@@ -17,11 +17,21 @@ fn processing_request_round_trips() {
     use prost::Message as _;
     let ours_msg = ours::ProcessingRequest {
         request: Some(ours::processing_request::Request::RequestHeaders(ours::HttpHeaders {
-            headers: Some(ours_core::HeaderMap { headers: vec![ours_core::HeaderValue { key: ":path".into(), value: String::new(), raw_value: b"/v1/completions".to_vec() }] }),
+            headers: Some(ours_core::HeaderMap {
+                headers: vec![ours_core::HeaderValue {
+                    key: ":path".into(),
+                    value: String::new(),
+                    raw_value: b"/v1/completions".to_vec(),
+                }],
+            }),
             end_of_stream: true,
             ..Default::default()
         })),
-        protocol_config: Some(ours::ProtocolConfiguration { request_body_mode: 4, response_body_mode: 2, send_body_without_waiting_for_header_response: true }),
+        protocol_config: Some(ours::ProtocolConfiguration {
+            request_body_mode: 4,
+            response_body_mode: 2,
+            send_body_without_waiting_for_header_response: true,
+        }),
         observability_mode: true,
         ..Default::default()
     };
@@ -31,7 +41,10 @@ fn processing_request_round_trips() {
     let header = &h.headers.as_ref().unwrap().headers[0];
     assert_eq!((header.key.as_str(), header.raw_value.as_slice()), (":path", b"/v1/completions".as_slice()));
     let pc = theirs.protocol_config.as_ref().unwrap();
-    assert_eq!((pc.request_body_mode, pc.response_body_mode, pc.send_body_without_waiting_for_header_response), (4, 2, true));
+    assert_eq!(
+        (pc.request_body_mode, pc.response_body_mode, pc.send_body_without_waiting_for_header_response),
+        (4, 2, true)
+    );
     assert!(theirs.observability_mode);
     let back = ours::ProcessingRequest::decode(prost::Message::encode_to_vec(&theirs).as_slice()).unwrap();
     assert_eq!(back, ours_msg);
@@ -45,12 +58,21 @@ fn processing_response_bytes_are_identical() {
             response: Some(ours::CommonResponse {
                 header_mutation: Some(ours::HeaderMutation {
                     set_headers: vec![ours_core::HeaderValueOption {
-                        header: Some(ours_core::HeaderValue { key: "x-gateway-destination-endpoint".into(), value: String::new(), raw_value: b"10.0.0.1:8000".to_vec() }),
+                        header: Some(ours_core::HeaderValue {
+                            key: "x-gateway-destination-endpoint".into(),
+                            value: String::new(),
+                            raw_value: b"10.0.0.1:8000".to_vec(),
+                        }),
                         ..Default::default()
                     }],
                     remove_headers: vec!["x-gateway-model-name-rewrite".into()],
                 }),
-                body_mutation: Some(ours::BodyMutation { mutation: Some(ours::body_mutation::Mutation::StreamedResponse(ours::StreamedBodyResponse { body: b"abc".to_vec(), end_of_stream: true })) }),
+                body_mutation: Some(ours::BodyMutation {
+                    mutation: Some(ours::body_mutation::Mutation::StreamedResponse(ours::StreamedBodyResponse {
+                        body: b"abc".to_vec(),
+                        end_of_stream: true,
+                    })),
+                }),
                 clear_route_cache: true,
                 ..Default::default()
             }),
@@ -63,19 +85,32 @@ fn processing_response_bytes_are_identical() {
             response: Some(full::CommonResponse {
                 header_mutation: Some(full::HeaderMutation {
                     set_headers: vec![full_core::HeaderValueOption {
-                        header: Some(full_core::HeaderValue { key: "x-gateway-destination-endpoint".into(), value: String::new(), raw_value: b"10.0.0.1:8000".to_vec() }),
+                        header: Some(full_core::HeaderValue {
+                            key: "x-gateway-destination-endpoint".into(),
+                            value: String::new(),
+                            raw_value: b"10.0.0.1:8000".to_vec(),
+                        }),
                         ..Default::default()
                     }],
                     remove_headers: vec!["x-gateway-model-name-rewrite".into()],
                 }),
                 body_mutation: Some(full::BodyMutation {
-                    mutation: Some(full::body_mutation::Mutation::StreamedResponse(full::StreamedBodyResponse { body: b"abc".to_vec(), end_of_stream: true, ..Default::default() })),
+                    mutation: Some(full::body_mutation::Mutation::StreamedResponse(full::StreamedBodyResponse {
+                        body: b"abc".to_vec(),
+                        end_of_stream: true,
+                        ..Default::default()
+                    })),
                 }),
                 clear_route_cache: true,
                 ..Default::default()
             }),
         })),
-        dynamic_metadata: Some(prost::Message::decode(prost::Message::encode_to_vec(ours_msg.dynamic_metadata.as_ref().unwrap()).as_slice()).unwrap()),
+        dynamic_metadata: Some(
+            prost::Message::decode(
+                prost::Message::encode_to_vec(ours_msg.dynamic_metadata.as_ref().unwrap()).as_slice(),
+            )
+            .unwrap(),
+        ),
         ..Default::default()
     };
     assert_eq!(ours_msg.encode_to_vec(), prost::Message::encode_to_vec(&theirs));

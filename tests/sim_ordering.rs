@@ -33,7 +33,10 @@ fn published_ordering_on_shared_prefix() {
     let summary = format!("{reports:#?}");
     assert!(reports.iter().all(|r| r.completed == 300), "{summary}");
     assert!((hit("random") - hit("load")).abs() < 0.10, "random ≈ load: {summary}");
-    assert!(hit("load") * 2.0 < hit("approximate") && hit("random") * 2.0 < hit("approximate"), "load, random ≪ approximate: {summary}");
+    assert!(
+        hit("load") * 2.0 < hit("approximate") && hit("random") * 2.0 < hit("approximate"),
+        "load, random ≪ approximate: {summary}"
+    );
     assert!(hit("approximate") < hit("precise"), "approximate < precise: {summary}");
     assert!(hit("precise") >= 0.95 * hit("oracle"), "precise ≥ 95 % of oracle: {summary}");
     assert!(row(&reports, "precise").ttft_p90_s * 5.0 < row(&reports, "random").ttft_p90_s, "{summary}");

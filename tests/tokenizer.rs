@@ -58,7 +58,11 @@ async fn render_deadline_miss_still_routes_and_is_counted() {
     epp.wait_endpoints(&["pod"]).await;
     assert_eq!(route(&epp, &chat("m", "hello", false)).await, pod.addr.to_string());
     let metrics = scrape(epp.app.metrics_addr).await;
-    assert_eq!(counter(&metrics, r#"llm_d_epp_tokenize_total{backend="vllm",outcome="timeout"}"#), Some(1.0), "{metrics}");
+    assert_eq!(
+        counter(&metrics, r#"llm_d_epp_tokenize_total{backend="vllm",outcome="timeout"}"#),
+        Some(1.0),
+        "{metrics}"
+    );
 }
 
 #[tokio::test]

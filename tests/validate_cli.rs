@@ -48,7 +48,12 @@ fn kserve_precise_sample_flags_the_undeclared_ref_with_a_suggestion() {
     assert!(f.fix.contains("precise-prefix-cache-scorer"), "{f:?}");
     assert_has(&all, Severity::Warning, "spec.template.containers.args");
     // blockSize 64 = --block-size 64 and hashSeed 42 = PYTHONHASHSEED: no drift findings.
-    assert!(!all.iter().any(|f| f.path.ends_with("tokenProcessorConfig.blockSize") || f.path.ends_with("tokenProcessorConfig.hashSeed")), "{all:#?}");
+    assert!(
+        !all.iter()
+            .any(|f| f.path.ends_with("tokenProcessorConfig.blockSize")
+                || f.path.ends_with("tokenProcessorConfig.hashSeed")),
+        "{all:#?}"
+    );
 }
 
 #[test]
@@ -74,7 +79,8 @@ fn scaling_rules() {
 #[test]
 fn configs_and_multi_document_files() {
     let all = findings("config-broken.yaml");
-    let f = all.iter().find(|f| f.path == "plugins[1].parameters.deciders.prefill").unwrap_or_else(|| panic!("{all:#?}"));
+    let f =
+        all.iter().find(|f| f.path == "plugins[1].parameters.deciders.prefill").unwrap_or_else(|| panic!("{all:#?}"));
     assert!(f.message.contains("prefix-based-pd-decider"));
     let all = findings("multi-doc.yaml");
     assert_eq!(all.len(), 1, "{all:#?}");
@@ -97,7 +103,9 @@ fn exit_codes_and_json_output() {
     assert_eq!(out.status.code(), Some(1));
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json on stdout");
     let items = json.as_array().unwrap();
-    assert!(items.iter().any(|i| i["severity"] == "error" && i["path"] == "spec.worker.initContainers" && i["file"].as_str().is_some_and(|f| f.ends_with("pd-glm-broken.yaml"))));
+    assert!(items.iter().any(|i| i["severity"] == "error"
+        && i["path"] == "spec.worker.initContainers"
+        && i["file"].as_str().is_some_and(|f| f.ends_with("pd-glm-broken.yaml"))));
     // Warnings alone do not fail.
     let dir = tempfile::tempdir().unwrap();
     let warn_only = dir.path().join("w.yaml");

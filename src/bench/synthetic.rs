@@ -5,7 +5,10 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use crate::endpoints::model::Endpoint;
 
-const WORDS: &[&str] = &["the", "model", "serves", "tokens", "from", "a", "shared", "prefix", "cache", "quickly", "and", "routes", "requests"];
+const WORDS: &[&str] = &[
+    "the", "model", "serves", "tokens", "from", "a", "shared", "prefix", "cache", "quickly", "and", "routes",
+    "requests",
+];
 
 /// A `/v1/chat/completions` body of about `bytes` bytes: a system prompt shared by every
 /// body with the same `group`, then a user turn with distinct text.
@@ -34,18 +37,29 @@ pub fn chat_body(bytes: usize, group: u32, salt: u32) -> Vec<u8> {
 /// `n` endpoints `pod-0..n` at 10.0.x.y:8000.
 pub fn endpoints(n: usize) -> Vec<Endpoint> {
     (0..n)
-        .map(|i| Endpoint::new(format!("pod-{i}"), IpAddr::V4(Ipv4Addr::new(10, 0, (i / 250) as u8, (i % 250 + 1) as u8)), 8000))
+        .map(|i| {
+            Endpoint::new(
+                format!("pod-{i}"),
+                IpAddr::V4(Ipv4Addr::new(10, 0, (i / 250) as u8, (i % 250 + 1) as u8)),
+                8000,
+            )
+        })
         .collect()
 }
 
 /// A store of `n` synthetic endpoints with varied fresh load, and the default pipeline built
 /// over it (for benchmarks).
-pub fn default_pipeline(n: usize) -> anyhow::Result<(crate::endpoints::store::EndpointStore, crate::config::LoadedConfig)> {
+pub fn default_pipeline(
+    n: usize,
+) -> anyhow::Result<(crate::endpoints::store::EndpointStore, crate::config::LoadedConfig)> {
     use std::sync::Arc;
     let store = crate::endpoints::store::EndpointStore::new();
     store.replace(endpoints(n));
     for (i, e) in store.snapshot().entries.iter().enumerate() {
-        let mut m = crate::endpoints::model::MetricsState { updated_at: Some(tokio::time::Instant::now()), ..Default::default() };
+        let mut m = crate::endpoints::model::MetricsState {
+            updated_at: Some(tokio::time::Instant::now()),
+            ..Default::default()
+        };
         m.metrics.waiting_queue_size = (i % 7) as u64;
         m.metrics.kv_cache_usage = (i % 10) as f64 / 10.0;
         e.metrics.store(Arc::new(m));

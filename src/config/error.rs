@@ -43,7 +43,12 @@ pub struct ConfigErrors(pub Vec<ConfigError>);
 
 impl fmt::Display for ConfigErrors {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "invalid EndpointPickerConfig ({} problem{}):", self.0.len(), if self.0.len() == 1 { "" } else { "s" })?;
+        writeln!(
+            f,
+            "invalid EndpointPickerConfig ({} problem{}):",
+            self.0.len(),
+            if self.0.len() == 1 { "" } else { "s" }
+        )?;
         for e in &self.0 {
             writeln!(f, "  - {e}")?;
         }
@@ -65,9 +70,15 @@ pub fn closest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) ->
 /// Suggestion for a reference to an undeclared plugin: the closest declared name; when none
 /// is close, the closest registered type (declaring a plugin of that type may be the fix,
 /// e.g. a profile naming a type that was never listed under `plugins`).
-pub fn ref_suggestion<'a>(name: &str, declared: impl IntoIterator<Item = &'a str>, types: impl IntoIterator<Item = &'a str>) -> Option<String> {
+pub fn ref_suggestion<'a>(
+    name: &str,
+    declared: impl IntoIterator<Item = &'a str>,
+    types: impl IntoIterator<Item = &'a str>,
+) -> Option<String> {
     if let Some(s) = closest(name, declared) {
-        return Some(format!("did you mean {s:?}? (declared plugins are referred to by `name`, which defaults to `type`)"));
+        return Some(format!(
+            "did you mean {s:?}? (declared plugins are referred to by `name`, which defaults to `type`)"
+        ));
     }
     closest(name, types).map(|t| format!("no plugin of that name is declared; add `- type: {t}` under `plugins`"))
 }

@@ -68,12 +68,23 @@ impl Instances {
     }
 
     /// Instantiates a plugin of `type_name` with no parameters, as a default the loader adds.
-    pub(crate) fn inject(&mut self, registry: &Registry, cx: &BuildContext, type_name: &str, why: &str) -> Result<PluginName, ConfigError> {
+    pub(crate) fn inject(
+        &mut self,
+        registry: &Registry,
+        cx: &BuildContext,
+        type_name: &str,
+        why: &str,
+    ) -> Result<PluginName, ConfigError> {
         let name: PluginName = type_name.into();
         if self.get(type_name).is_some() {
             return Ok(name);
         }
-        let spec = PluginSpec { name: name.clone(), type_name: type_name.into(), parameters: serde_json::Value::Null, path: format!("<injected {type_name}>") };
+        let spec = PluginSpec {
+            name: name.clone(),
+            type_name: type_name.into(),
+            parameters: serde_json::Value::Null,
+            path: format!("<injected {type_name}>"),
+        };
         let reg = registry.get(type_name).ok_or_else(|| ConfigError::new(&spec.path, "not registered"))?;
         let instance = (reg.factory)(&spec, cx).map_err(|e| ConfigError::new(e.path, e.message))?;
         self.injected.push(format!("{type_name} ({why})"));
@@ -83,8 +94,14 @@ impl Instances {
 }
 
 /// Loads a config document.
-pub fn load(text: &str, registry: &Registry, cx: &BuildContext, metrics: SchedulerMetrics) -> Result<LoadedConfig, ConfigErrors> {
-    let raw: RawConfig = serde_yaml::from_str(text).map_err(|e| ConfigErrors(vec![ConfigError::new("<document>", e.to_string())]))?;
+pub fn load(
+    text: &str,
+    registry: &Registry,
+    cx: &BuildContext,
+    metrics: SchedulerMetrics,
+) -> Result<LoadedConfig, ConfigErrors> {
+    let raw: RawConfig =
+        serde_yaml::from_str(text).map_err(|e| ConfigErrors(vec![ConfigError::new("<document>", e.to_string())]))?;
     let mut errors = Vec::new();
     check_header(&raw, &mut errors);
     let mut instances = instantiate(&raw, registry, cx, &mut errors);
@@ -99,7 +116,9 @@ pub fn load(text: &str, registry: &Registry, cx: &BuildContext, metrics: Schedul
     let Some(profile_list) = profile_list else {
         return Err(ConfigErrors(vec![ConfigError::new("schedulingProfiles", "no usable profile")]));
     };
-    let slot = |point, spec: &PluginSpec, inst: &PluginInstance| (metrics.plugin_timer(point, inst.type_name, &spec.name), spec.name.clone());
+    let slot = |point, spec: &PluginSpec, inst: &PluginInstance| {
+        (metrics.plugin_timer(point, inst.type_name, &spec.name), spec.name.clone())
+    };
     let producers = producer_plan
         .order
         .iter()
@@ -140,7 +159,10 @@ pub fn load(text: &str, registry: &Registry, cx: &BuildContext, metrics: Schedul
 fn check_header(raw: &RawConfig, errors: &mut Vec<ConfigError>) {
     match raw.api_version.as_deref() {
         Some(v) if API_VERSIONS.contains(&v) => {}
-        Some(v) => errors.push(ConfigError::new("apiVersion", format!("unsupported apiVersion {v:?}")).suggest(format!("use one of {API_VERSIONS:?}"))),
+        Some(v) => errors.push(
+            ConfigError::new("apiVersion", format!("unsupported apiVersion {v:?}"))
+                .suggest(format!("use one of {API_VERSIONS:?}")),
+        ),
         None => {}
     }
     if let Some(kind) = raw.kind.as_deref() {
@@ -160,8 +182,13 @@ fn check_header(raw: &RawConfig, errors: &mut Vec<ConfigError>) {
 }
 
 fn instantiate(raw: &RawConfig, registry: &Registry, cx: &BuildContext, errors: &mut Vec<ConfigError>) -> Instances {
-    let declared: Vec<String> = raw.plugins.iter().filter_map(|p| p.name.clone().filter(|n| !n.is_empty()).or_else(|| p.type_name.clone())).collect();
-    let mut out = Instances { items: Vec::new(), injected: Vec::new(), declared: declared.clone(), types: registry.names() };
+    let declared: Vec<String> = raw
+        .plugins
+        .iter()
+        .filter_map(|p| p.name.clone().filter(|n| !n.is_empty()).or_else(|| p.type_name.clone()))
+        .collect();
+    let mut out =
+        Instances { items: Vec::new(), injected: Vec::new(), declared: declared.clone(), types: registry.names() };
     for (i, p) in raw.plugins.iter().enumerate() {
         let path = format!("plugins[{i}]");
         let Some(type_name) = p.type_name.as_deref().filter(|t| !t.is_empty()) else {
@@ -170,7 +197,10 @@ fn instantiate(raw: &RawConfig, registry: &Registry, cx: &BuildContext, errors: 
         };
         let name = p.name.clone().filter(|n| !n.is_empty()).unwrap_or_else(|| type_name.to_string());
         if out.get(&name).is_some() {
-            errors.push(ConfigError::new(format!("{path}.name"), format!("duplicate plugin name {name:?}")).suggest("give each instance a unique `name`"));
+            errors.push(
+                ConfigError::new(format!("{path}.name"), format!("duplicate plugin name {name:?}"))
+                    .suggest("give each instance a unique `name`"),
+            );
             continue;
         }
         let Some(reg) = registry.get(type_name) else {
@@ -207,7 +237,8 @@ fn saturation_detector(
     instances: &mut Instances,
     errors: &mut Vec<ConfigError>,
 ) -> Option<Arc<dyn crate::plugins::SaturationDetector>> {
-    let flow_ref = raw.flow_control.as_ref().and_then(|f| f.saturation_detector.as_ref()).and_then(|r| r.plugin_ref.clone());
+    let flow_ref =
+        raw.flow_control.as_ref().and_then(|f| f.saturation_detector.as_ref()).and_then(|r| r.plugin_ref.clone());
     let (path, name) = match (&raw.saturation_detector, flow_ref) {
         (_, Some(name)) => ("flowControl.saturationDetector.pluginRef", name),
         (Some(RawSaturationDetector::Ref(r)), None) if r.plugin_ref.as_deref().is_some_and(|n| !n.is_empty()) => {
@@ -225,7 +256,10 @@ fn saturation_detector(
     match instances.get(&name) {
         Some((_, inst)) if inst.saturation.is_some() => inst.saturation.clone(),
         Some((_, inst)) => {
-            errors.push(ConfigError::new(path, format!("plugin {name:?} ({}) is not a saturation detector", inst.type_name)));
+            errors.push(ConfigError::new(
+                path,
+                format!("plugin {name:?} ({}) is not a saturation detector", inst.type_name),
+            ));
             None
         }
         None => {
@@ -252,7 +286,12 @@ fn legacy_detector(
     if let Some(s) = &t.metrics_staleness_threshold {
         params.insert("metricsStalenessThreshold".into(), s.clone().into());
     }
-    let spec = PluginSpec { name: "utilization-detector".into(), type_name: "utilization-detector".into(), parameters: params.into(), path: "saturationDetector".into() };
+    let spec = PluginSpec {
+        name: "utilization-detector".into(),
+        type_name: "utilization-detector".into(),
+        parameters: params.into(),
+        path: "saturationDetector".into(),
+    };
     let factory = registry.get("utilization-detector")?.factory;
     match factory(&spec, cx) {
         Ok(inst) => {
@@ -277,7 +316,10 @@ fn data_layer(raw: &RawConfig, instances: &Instances, errors: &mut Vec<ConfigErr
     };
     if let Some(sources) = layer.and_then(|l| l.sources.as_ref()) {
         if sources.is_empty() && !raw.feature_gates.iter().any(|g| g == "enableLegacyMetrics") {
-            errors.push(ConfigError::new(format!("{key}.sources"), "data layer enabled but no data sources configured").suggest("remove `sources: []` to use the default metrics source"));
+            errors.push(
+                ConfigError::new(format!("{key}.sources"), "data layer enabled but no data sources configured")
+                    .suggest("remove `sources: []` to use the default metrics source"),
+            );
         }
     }
     for (spec, inst) in &instances.items {

@@ -39,22 +39,34 @@ fn kind(key: &DataKey) -> DataKey {
 }
 
 /// Plans producers, injecting defaults; records problems in `errors`.
-pub(crate) fn plan(registry: &Registry, cx: &BuildContext, instances: &mut Instances, errors: &mut Vec<ConfigError>) -> ProducerPlan {
+pub(crate) fn plan(
+    registry: &Registry,
+    cx: &BuildContext,
+    instances: &mut Instances,
+    errors: &mut Vec<ConfigError>,
+) -> ProducerPlan {
     let mut plan = ProducerPlan::default();
     // Bounded fixpoint: each round may inject one default producer per kind (3 kinds).
     for _ in 0..4 {
         let mut needed: Vec<(String, DataKey)> = Vec::new();
         for (spec, inst) in &instances.items {
-            let consumed = inst.consumer.iter().flat_map(|c| c.consumes()).chain(inst.producer.iter().flat_map(|p| p.consumes()));
+            let consumed =
+                inst.consumer.iter().flat_map(|c| c.consumes()).chain(inst.producer.iter().flat_map(|p| p.consumes()));
             needed.extend(consumed.map(|k| (spec.path.clone(), k)));
         }
         let mut injected_any = false;
         for (path, key) in needed {
             match &key {
                 DataKey::PrefixCacheMatchInfo(Some(name)) | DataKey::InFlightLoad(Some(name)) => {
-                    let produces = instances.get(name).and_then(|(_, i)| i.producer.as_ref()).is_some_and(|p| p.produces().iter().any(|k| kind(k) == kind(&key)));
+                    let produces = instances
+                        .get(name)
+                        .and_then(|(_, i)| i.producer.as_ref())
+                        .is_some_and(|p| p.produces().iter().any(|k| kind(k) == kind(&key)));
                     if !produces && !errors.iter().any(|e| e.path == path) {
-                        let mut e = ConfigError::new(path.clone(), format!("producer {name:?} does not exist or does not produce the data this plugin reads"));
+                        let mut e = ConfigError::new(
+                            path.clone(),
+                            format!("producer {name:?} does not exist or does not produce the data this plugin reads"),
+                        );
                         if let Some(s) = closest(name, instances.names()) {
                             e = e.suggest(format!("did you mean {s:?}?"));
                         }
@@ -62,10 +74,17 @@ pub(crate) fn plan(registry: &Registry, cx: &BuildContext, instances: &mut Insta
                     }
                 }
                 _ => {
-                    let has = instances.items.iter().any(|(_, i)| i.producer.as_ref().is_some_and(|p| p.produces().iter().any(|k| kind(k) == kind(&key))));
+                    let has = instances.items.iter().any(|(_, i)| {
+                        i.producer.as_ref().is_some_and(|p| p.produces().iter().any(|k| kind(k) == kind(&key)))
+                    });
                     if !has {
                         let t = default_type(&key);
-                        match instances.inject(registry, cx, t, "a plugin consumes its data and no producer was declared") {
+                        match instances.inject(
+                            registry,
+                            cx,
+                            t,
+                            "a plugin consumes its data and no producer was declared",
+                        ) {
                             Ok(_) => injected_any = true,
                             Err(e) => errors.push(e),
                         }
@@ -77,9 +96,20 @@ pub(crate) fn plan(registry: &Registry, cx: &BuildContext, instances: &mut Insta
             break;
         }
     }
-    let first_of = |t: &str| instances.items.iter().find(|(_, i)| i.type_name == t && i.producer.is_some()).map(|(s, _)| s.name.clone());
-    plan.default_prefix = first_of("approx-prefix-cache-producer")
-        .or_else(|| instances.items.iter().find(|(_, i)| i.producer.as_ref().is_some_and(|p| p.produces().iter().any(|k| matches!(k, DataKey::PrefixCacheMatchInfo(_))))).map(|(s, _)| s.name.clone()));
+    let first_of = |t: &str| {
+        instances.items.iter().find(|(_, i)| i.type_name == t && i.producer.is_some()).map(|(s, _)| s.name.clone())
+    };
+    plan.default_prefix = first_of("approx-prefix-cache-producer").or_else(|| {
+        instances
+            .items
+            .iter()
+            .find(|(_, i)| {
+                i.producer
+                    .as_ref()
+                    .is_some_and(|p| p.produces().iter().any(|k| matches!(k, DataKey::PrefixCacheMatchInfo(_))))
+            })
+            .map(|(s, _)| s.name.clone())
+    });
     plan.default_inflight = first_of("inflight-load-producer");
     order(instances, &mut plan, errors);
     plan
@@ -90,7 +120,11 @@ fn order(instances: &Instances, plan: &mut ProducerPlan, errors: &mut Vec<Config
     let mut pending: Vec<(PluginName, Vec<DataKey>, Vec<DataKey>)> = instances
         .items
         .iter()
-        .filter_map(|(s, i)| i.producer.as_ref().map(|p| (s.name.clone(), p.produces().iter().map(kind).collect(), p.consumes().iter().map(kind).collect())))
+        .filter_map(|(s, i)| {
+            i.producer.as_ref().map(|p| {
+                (s.name.clone(), p.produces().iter().map(kind).collect(), p.consumes().iter().map(kind).collect())
+            })
+        })
         .collect();
     while !pending.is_empty() {
         let ready = pending.iter().position(|(name, _, consumes)| {
@@ -100,7 +134,10 @@ fn order(instances: &Instances, plan: &mut ProducerPlan, errors: &mut Vec<Config
             Some(i) => plan.order.push(pending.remove(i).0),
             None => {
                 let names: Vec<String> = pending.iter().map(|(n, _, _)| n.to_string()).collect();
-                errors.push(ConfigError::new("plugins", format!("data producers depend on each other in a cycle: {}", names.join(", "))));
+                errors.push(ConfigError::new(
+                    "plugins",
+                    format!("data producers depend on each other in a cycle: {}", names.join(", ")),
+                ));
                 return;
             }
         }

@@ -39,7 +39,9 @@ pub(crate) fn build(
             .map(|(s, _)| RawProfilePlugin { plugin_ref: Some(s.name.to_string()), weight: None })
             .collect();
         raw_profiles.push(RawProfile { name: Some("default".into()), plugins });
-        instances.injected.push("profile `default` with every filter, scorer and picker (no schedulingProfiles given)".into());
+        instances
+            .injected
+            .push("profile `default` with every filter, scorer and picker (no schedulingProfiles given)".into());
     }
     let handler = handler(&raw_profiles, registry, cx, metrics, instances, errors);
     ensure_pickers(&mut raw_profiles, registry, cx, instances, errors);
@@ -70,18 +72,26 @@ fn handler(
     instances: &mut Instances,
     errors: &mut Vec<ConfigError>,
 ) -> Option<Slot<dyn ProfileHandler>> {
-    let handlers: Vec<usize> = instances.items.iter().enumerate().filter(|(_, (_, i))| i.profile_handler.is_some()).map(|(k, _)| k).collect();
+    let handlers: Vec<usize> =
+        instances.items.iter().enumerate().filter(|(_, (_, i))| i.profile_handler.is_some()).map(|(k, _)| k).collect();
     let index = match handlers.as_slice() {
-        [] if raw_profiles.len() == 1 => match instances.inject(registry, cx, "single-profile-handler", "one profile and no profile handler") {
-            Ok(_) => instances.items.len() - 1,
-            Err(e) => {
-                errors.push(e);
-                return None;
+        [] if raw_profiles.len() == 1 => {
+            match instances.inject(registry, cx, "single-profile-handler", "one profile and no profile handler") {
+                Ok(_) => instances.items.len() - 1,
+                Err(e) => {
+                    errors.push(e);
+                    return None;
+                }
             }
-        },
+        }
         [] => {
-            errors.push(ConfigError::new("plugins", format!("no profile handler configured for {} profiles", raw_profiles.len()))
-                .suggest("add a `disagg-profile-handler` (prefill/decode) or use a single profile"));
+            errors.push(
+                ConfigError::new(
+                    "plugins",
+                    format!("no profile handler configured for {} profiles", raw_profiles.len()),
+                )
+                .suggest("add a `disagg-profile-handler` (prefill/decode) or use a single profile"),
+            );
             return None;
         }
         [one] => *one,
@@ -93,16 +103,31 @@ fn handler(
     };
     let (spec, inst) = &instances.items[index];
     if inst.type_name == "single-profile-handler" && raw_profiles.len() > 1 {
-        errors.push(ConfigError::new(spec.path.clone(), format!("single-profile-handler needs exactly one profile, found {}", raw_profiles.len()))
-            .suggest("use `disagg-profile-handler` for prefill/decode profiles"));
+        errors.push(
+            ConfigError::new(
+                spec.path.clone(),
+                format!("single-profile-handler needs exactly one profile, found {}", raw_profiles.len()),
+            )
+            .suggest("use `disagg-profile-handler` for prefill/decode profiles"),
+        );
     }
     let plugin = inst.profile_handler.clone()?;
-    Some(Slot { name: spec.name.clone(), timer: metrics.plugin_timer(ExtensionPoint::ProfilePicker, inst.type_name, &spec.name), plugin })
+    Some(Slot {
+        name: spec.name.clone(),
+        timer: metrics.plugin_timer(ExtensionPoint::ProfilePicker, inst.type_name, &spec.name),
+        plugin,
+    })
 }
 
 /// Injects `max-score-picker` when no picker exists and appends the first picker to every
 /// profile that lacks one.
-fn ensure_pickers(raw_profiles: &mut [RawProfile], registry: &Registry, cx: &BuildContext, instances: &mut Instances, errors: &mut Vec<ConfigError>) {
+fn ensure_pickers(
+    raw_profiles: &mut [RawProfile],
+    registry: &Registry,
+    cx: &BuildContext,
+    instances: &mut Instances,
+    errors: &mut Vec<ConfigError>,
+) {
     let first_picker = instances.items.iter().find(|(_, i)| i.picker.is_some()).map(|(s, _)| s.name.to_string());
     let picker = match first_picker {
         Some(p) => p,
@@ -115,16 +140,23 @@ fn ensure_pickers(raw_profiles: &mut [RawProfile], registry: &Registry, cx: &Bui
         },
     };
     for p in raw_profiles.iter_mut() {
-        let has_picker = p.plugins.iter().any(|r| {
-            r.plugin_ref.as_deref().and_then(|n| instances.get(n)).is_some_and(|(_, i)| i.picker.is_some())
-        });
+        let has_picker = p
+            .plugins
+            .iter()
+            .any(|r| r.plugin_ref.as_deref().and_then(|n| instances.get(n)).is_some_and(|(_, i)| i.picker.is_some()));
         if !has_picker {
             p.plugins.push(RawProfilePlugin { plugin_ref: Some(picker.clone()), weight: None });
         }
     }
 }
 
-fn profile(name: &str, p: &RawProfile, metrics: &SchedulerMetrics, instances: &Instances, errors: &mut Vec<ConfigError>) -> Option<Profile> {
+fn profile(
+    name: &str,
+    p: &RawProfile,
+    metrics: &SchedulerMetrics,
+    instances: &Instances,
+    errors: &mut Vec<ConfigError>,
+) -> Option<Profile> {
     let mut filters = Vec::new();
     let mut scorers = Vec::new();
     let mut picker: Option<Slot<dyn Picker>> = None;
@@ -151,14 +183,23 @@ fn profile(name: &str, p: &RawProfile, metrics: &SchedulerMetrics, instances: &I
         if let Some(s) = &inst.scorer {
             let weight = r.weight.unwrap_or(1.0);
             if !weight.is_finite() || weight < 0.0 {
-                errors.push(ConfigError::new(format!("{path}.weight"), format!("weight must be a finite number >= 0, found {weight}")));
+                errors.push(ConfigError::new(
+                    format!("{path}.weight"),
+                    format!("weight must be a finite number >= 0, found {weight}"),
+                ));
             }
-            scorers.push(WeightedScorer { slot: Slot { name: spec.name.clone(), plugin: s.clone(), timer: timer(ExtensionPoint::Scorer) }, weight });
+            scorers.push(WeightedScorer {
+                slot: Slot { name: spec.name.clone(), plugin: s.clone(), timer: timer(ExtensionPoint::Scorer) },
+                weight,
+            });
             fitted = true;
         }
         if let Some(pk) = &inst.picker {
             if let Some(prev) = &picker {
-                errors.push(ConfigError::new(format!("{path}.pluginRef"), format!("a second picker in profile {name:?} (already has {:?})", prev.name)));
+                errors.push(ConfigError::new(
+                    format!("{path}.pluginRef"),
+                    format!("a second picker in profile {name:?} (already has {:?})", prev.name),
+                ));
             }
             picker = Some(Slot { name: spec.name.clone(), plugin: pk.clone(), timer: timer(ExtensionPoint::Picker) });
             fitted = true;

@@ -26,21 +26,37 @@ fn default_config_loads_with_documented_injections() {
     assert_eq!(s.profiles.len(), 1);
     let p = &s.profiles[0];
     let weights: Vec<(String, f64)> = p.scorers.iter().map(|w| (w.slot.name.to_string(), w.weight)).collect();
-    assert_eq!(weights, vec![("queue-scorer".into(), 2.0), ("kv-cache-utilization-scorer".into(), 2.0), ("prefix-cache-scorer".into(), 3.0)]);
+    assert_eq!(
+        weights,
+        vec![
+            ("queue-scorer".into(), 2.0),
+            ("kv-cache-utilization-scorer".into(), 2.0),
+            ("prefix-cache-scorer".into(), 3.0)
+        ]
+    );
     assert_eq!(&*p.picker.name, "max-score-picker");
     let producers: Vec<_> = s.producers.iter().map(|p| p.name.to_string()).collect();
     assert_eq!(producers, vec!["token-producer", "approx-prefix-cache-producer"], "token producer runs first");
     assert_eq!(s.default_prefix_producer.as_deref(), Some("approx-prefix-cache-producer"));
     assert!(s.saturation.is_some());
     let injected = loaded.injected.join("\n");
-    for t in ["single-profile-handler", "max-score-picker", "approx-prefix-cache-producer", "token-producer", "utilization-detector"] {
+    for t in [
+        "single-profile-handler",
+        "max-score-picker",
+        "approx-prefix-cache-producer",
+        "token-producer",
+        "utilization-detector",
+    ] {
         assert!(injected.contains(t), "{t} not injected: {injected}");
     }
 }
 
 #[test]
 fn smallest_valid_config_gets_handler_picker_and_weight_one() {
-    let loaded = try_load("plugins: [{type: queue-scorer}]\nschedulingProfiles: [{name: p, plugins: [{pluginRef: queue-scorer}]}]").unwrap();
+    let loaded = try_load(
+        "plugins: [{type: queue-scorer}]\nschedulingProfiles: [{name: p, plugins: [{pluginRef: queue-scorer}]}]",
+    )
+    .unwrap();
     let p = &loaded.scheduler.profiles[0];
     assert_eq!(p.scorers[0].weight, 1.0);
     assert_eq!(&*p.picker.name, "max-score-picker");
@@ -94,7 +110,9 @@ schedulingProfiles:
 
 #[test]
 fn plugin_in_the_wrong_role_is_an_error() {
-    let errs = errors("plugins: [{type: approx-prefix-cache-producer}, {type: queue-scorer}]\nschedulingProfiles: [{name: d, plugins: [{pluginRef: approx-prefix-cache-producer}, {pluginRef: queue-scorer}]}]");
+    let errs = errors(
+        "plugins: [{type: approx-prefix-cache-producer}, {type: queue-scorer}]\nschedulingProfiles: [{name: d, plugins: [{pluginRef: approx-prefix-cache-producer}, {pluginRef: queue-scorer}]}]",
+    );
     assert!(has_error(&errs, "schedulingProfiles[d].plugins[0].pluginRef", "cannot be used in a scheduling profile"));
 }
 

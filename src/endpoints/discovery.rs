@@ -79,8 +79,8 @@ struct RawEndpoint {
 
 /// Parses endpoints-file text. `origin` names the file in errors.
 pub fn parse_endpoints(text: &str, origin: &Path) -> Result<Vec<Endpoint>, DiscoveryError> {
-    let raw: RawFile = serde_yaml::from_str(text)
-        .map_err(|source| DiscoveryError::Parse { path: origin.to_path_buf(), source })?;
+    let raw: RawFile =
+        serde_yaml::from_str(text).map_err(|source| DiscoveryError::Parse { path: origin.to_path_buf(), source })?;
     let invalid = |message: String| DiscoveryError::Invalid { path: origin.to_path_buf(), message };
     let mut seen = HashSet::new();
     let mut out = Vec::with_capacity(raw.endpoints.len());
@@ -92,9 +92,9 @@ pub fn parse_endpoints(text: &str, origin: &Path) -> Result<Vec<Endpoint>, Disco
             return Err(invalid(format!("endpoints[{i}].name {:?} is not unique", e.name)));
         }
         let trimmed = e.address.trim_start_matches('[').trim_end_matches(']');
-        let address: IpAddr = trimmed.parse().map_err(|_| {
-            invalid(format!("endpoints[{i}].address {:?} is not an IPv4 or IPv6 address", e.address))
-        })?;
+        let address: IpAddr = trimmed
+            .parse()
+            .map_err(|_| invalid(format!("endpoints[{i}].address {:?} is not an IPv4 or IPv6 address", e.address)))?;
         if e.port == 0 {
             return Err(invalid(format!("endpoints[{i}].port must be 1-65535")));
         }
@@ -110,8 +110,8 @@ pub fn parse_endpoints(text: &str, origin: &Path) -> Result<Vec<Endpoint>, Disco
 
 /// Reads and parses an endpoints file.
 pub fn load_endpoints_file(path: &Path) -> Result<Vec<Endpoint>, DiscoveryError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|source| DiscoveryError::Read { path: path.to_path_buf(), source })?;
+    let text =
+        std::fs::read_to_string(path).map_err(|source| DiscoveryError::Read { path: path.to_path_buf(), source })?;
     parse_endpoints(&text, path)
 }
 

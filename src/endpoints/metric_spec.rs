@@ -52,10 +52,7 @@ pub enum SpecError {
 impl MetricSpec {
     /// A spec matching every series of `name`.
     pub fn new(name: impl Into<String>) -> MetricSpec {
-        MetricSpec {
-            name: name.into(),
-            labels: Vec::new(),
-        }
+        MetricSpec { name: name.into(), labels: Vec::new() }
     }
 
     /// Adds a required label value.
@@ -79,11 +76,7 @@ impl fmt::Display for MetricSpec {
         f.write_str("{")?;
         for (i, (k, v)) in self.labels.iter().enumerate() {
             let sep = if i == 0 { "" } else { "," };
-            write!(
-                f,
-                "{sep}{k}=\"{}\"",
-                v.replace('\\', "\\\\").replace('"', "\\\"")
-            )?;
+            write!(f, "{sep}{k}=\"{}\"", v.replace('\\', "\\\\").replace('"', "\\\""))?;
         }
         f.write_str("}")
     }
@@ -95,15 +88,9 @@ pub fn parse_spec(s: &str) -> Result<MetricSpec, SpecError> {
     if spec.is_empty() {
         return Err(SpecError::Empty);
     }
-    let name_err = || SpecError::Name {
-        spec: spec.to_owned(),
-    };
-    let labels_err = || SpecError::Labels {
-        spec: spec.to_owned(),
-    };
-    let name_end = spec
-        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
-        .unwrap_or(spec.len());
+    let name_err = || SpecError::Name { spec: spec.to_owned() };
+    let labels_err = || SpecError::Labels { spec: spec.to_owned() };
+    let name_end = spec.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':')).unwrap_or(spec.len());
     let name = &spec[..name_end];
     if name.is_empty() || name.starts_with(|c: char| c.is_ascii_digit()) {
         return Err(name_err());
@@ -116,13 +103,7 @@ pub fn parse_spec(s: &str) -> Result<MetricSpec, SpecError> {
     let inner = rest
         .strip_prefix('{')
         .and_then(|r| r.strip_suffix('}'))
-        .ok_or_else(|| {
-            if rest.starts_with('{') {
-                labels_err()
-            } else {
-                name_err()
-            }
-        })?;
+        .ok_or_else(|| if rest.starts_with('{') { labels_err() } else { name_err() })?;
     let mut chars = inner.chars().peekable();
     loop {
         skip_blanks(&mut chars);
@@ -136,10 +117,7 @@ pub fn parse_spec(s: &str) -> Result<MetricSpec, SpecError> {
         skip_blanks(&mut chars);
         match (chars.next(), chars.peek()) {
             (Some('='), Some('~')) | (Some('!'), _) => {
-                return Err(SpecError::UnsupportedMatcher {
-                    spec: spec.to_owned(),
-                    label,
-                });
+                return Err(SpecError::UnsupportedMatcher { spec: spec.to_owned(), label });
             }
             (Some('='), _) => {}
             _ => return Err(labels_err()),
@@ -204,12 +182,8 @@ mod tests {
 
     #[test]
     fn parses_names_and_label_forms() {
-        assert_eq!(
-            parse_spec(" vllm:num_requests_waiting "),
-            Ok(MetricSpec::new("vllm:num_requests_waiting"))
-        );
-        let expected =
-            MetricSpec::new("nv_trt_llm_request_metrics").with_label("request_type", "waiting");
+        assert_eq!(parse_spec(" vllm:num_requests_waiting "), Ok(MetricSpec::new("vllm:num_requests_waiting")));
+        let expected = MetricSpec::new("nv_trt_llm_request_metrics").with_label("request_type", "waiting");
         for s in [
             "nv_trt_llm_request_metrics{request_type=waiting}",
             "nv_trt_llm_request_metrics{request_type=\"waiting\"}",
@@ -218,10 +192,7 @@ mod tests {
             assert_eq!(parse_spec(s), Ok(expected.clone()), "{s}");
         }
         let two = parse_spec(r#"m{a="x,}\"y",b=2}"#).unwrap();
-        assert_eq!(
-            two.labels,
-            [("a".into(), "x,}\"y".into()), ("b".into(), "2".into())]
-        );
+        assert_eq!(two.labels, [("a".into(), "x,}\"y".into()), ("b".into(), "2".into())]);
         assert_eq!(parse_spec(&two.to_string()), Ok(two));
     }
 
@@ -232,20 +203,11 @@ mod tests {
         assert!(matches!(parse_spec("9m"), Err(SpecError::Name { .. })));
         assert!(matches!(parse_spec("m x"), Err(SpecError::Name { .. })));
         assert!(matches!(parse_spec("m{a}"), Err(SpecError::Labels { .. })));
-        assert!(matches!(
-            parse_spec("m{a=\"x}"),
-            Err(SpecError::Labels { .. })
-        ));
-        assert!(matches!(
-            parse_spec("m{a=\"x\" b=1}"),
-            Err(SpecError::Labels { .. })
-        ));
+        assert!(matches!(parse_spec("m{a=\"x}"), Err(SpecError::Labels { .. })));
+        assert!(matches!(parse_spec("m{a=\"x\" b=1}"), Err(SpecError::Labels { .. })));
         for op in ["!=", "=~", "!~"] {
             let err = parse_spec(&format!("m{{a{op}\"x\"}}"));
-            assert!(
-                matches!(err, Err(SpecError::UnsupportedMatcher { .. })),
-                "{op}"
-            );
+            assert!(matches!(err, Err(SpecError::UnsupportedMatcher { .. })), "{op}");
         }
     }
 }

@@ -58,10 +58,7 @@ pub enum PromError {
 impl<'a> Sample<'a> {
     /// Iterates the labels as `(name, unescaped value)` in exposition order.
     pub fn labels(&self) -> Labels<'a> {
-        Labels {
-            rest: self.labels.as_bytes(),
-            src: self.labels,
-        }
+        Labels { rest: self.labels.as_bytes(), src: self.labels }
     }
 
     /// The unescaped value of label `name`, if present.
@@ -71,9 +68,7 @@ impl<'a> Sample<'a> {
 
     /// Whether every `(name, value)` in `wanted` is a label of this sample.
     pub fn has_labels<K: AsRef<str>, V: AsRef<str>>(&self, wanted: &[(K, V)]) -> bool {
-        wanted
-            .iter()
-            .all(|(k, v)| self.label(k.as_ref()).is_some_and(|got| got == v.as_ref()))
+        wanted.iter().all(|(k, v)| self.label(k.as_ref()).is_some_and(|got| got == v.as_ref()))
     }
 }
 
@@ -115,20 +110,18 @@ pub fn samples_where<'a>(
     text: &'a str,
     mut keep: impl FnMut(&str) -> bool,
 ) -> impl Iterator<Item = Result<Sample<'a>, PromError>> {
-    text.split('\n')
-        .enumerate()
-        .filter_map(move |(index, line)| {
-            let line = line.trim_start_matches([' ', '\t']);
-            if line.is_empty() || line.starts_with('#') || line == "\r" {
-                return None;
-            }
-            let line_no = index + 1;
-            let name_len = name_len(line.as_bytes());
-            if name_len == 0 {
-                return keep("").then_some(Err(PromError::Name { line: line_no }));
-            }
-            keep(&line[..name_len]).then(|| parse_after_name(line, name_len, line_no))
-        })
+    text.split('\n').enumerate().filter_map(move |(index, line)| {
+        let line = line.trim_start_matches([' ', '\t']);
+        if line.is_empty() || line.starts_with('#') || line == "\r" {
+            return None;
+        }
+        let line_no = index + 1;
+        let name_len = name_len(line.as_bytes());
+        if name_len == 0 {
+            return keep("").then_some(Err(PromError::Name { line: line_no }));
+        }
+        keep(&line[..name_len]).then(|| parse_after_name(line, name_len, line_no))
+    })
 }
 
 /// Parses one non-comment line.
@@ -145,10 +138,7 @@ fn name_len(bytes: &[u8]) -> usize {
         Some(b) if b.is_ascii_alphabetic() || *b == b'_' || *b == b':' => {}
         _ => return 0,
     }
-    bytes
-        .iter()
-        .position(|b| !(b.is_ascii_alphanumeric() || *b == b'_' || *b == b':'))
-        .unwrap_or(bytes.len())
+    bytes.iter().position(|b| !(b.is_ascii_alphanumeric() || *b == b'_' || *b == b':')).unwrap_or(bytes.len())
 }
 
 fn parse_after_name(line: &str, name_len: usize, line_no: usize) -> Result<Sample<'_>, PromError> {
@@ -162,32 +152,19 @@ fn parse_after_name(line: &str, name_len: usize, line_no: usize) -> Result<Sampl
     if bytes.get(pos) == Some(&b'{') {
         let start = pos + 1;
         let end = scan_label_set(bytes, start).ok_or(PromError::Labels { line: line_no })?;
-        labels = line
-            .get(start..end)
-            .ok_or(PromError::Labels { line: line_no })?;
+        labels = line.get(start..end).ok_or(PromError::Labels { line: line_no })?;
         pos = end + 1;
     }
     let mut fields = line[pos..].split_ascii_whitespace();
-    let value = fields
-        .next()
-        .and_then(parse_value)
-        .ok_or(PromError::Value { line: line_no })?;
+    let value = fields.next().and_then(parse_value).ok_or(PromError::Value { line: line_no })?;
     let timestamp_ms = match fields.next() {
         None => None,
-        Some(ts) => Some(
-            ts.parse::<i64>()
-                .map_err(|_| PromError::Timestamp { line: line_no })?,
-        ),
+        Some(ts) => Some(ts.parse::<i64>().map_err(|_| PromError::Timestamp { line: line_no })?),
     };
     if fields.next().is_some() {
         return Err(PromError::Timestamp { line: line_no });
     }
-    Ok(Sample {
-        name: &line[..name_len],
-        labels,
-        value,
-        timestamp_ms,
-    })
+    Ok(Sample { name: &line[..name_len], labels, value, timestamp_ms })
 }
 
 fn parse_value(token: &str) -> Option<f64> {
@@ -286,15 +263,9 @@ mod tests {
     #[test]
     fn names_with_colons_values_and_timestamps() {
         let s = one("vllm:num_requests_running 3.0");
-        assert_eq!(
-            (s.name, s.value, s.timestamp_ms),
-            ("vllm:num_requests_running", 3.0, None)
-        );
+        assert_eq!((s.name, s.value, s.timestamp_ms), ("vllm:num_requests_running", 3.0, None));
         let s = one(r#"x{a="1"} 1.7672256001e+09 1700000000123"#);
-        assert_eq!(
-            (s.value, s.timestamp_ms),
-            (1.7672256001e9, Some(1_700_000_000_123))
-        );
+        assert_eq!((s.value, s.timestamp_ms), (1.7672256001e9, Some(1_700_000_000_123)));
         assert!(one("x NaN").value.is_nan());
         assert_eq!(one("x +Inf").value, f64::INFINITY);
         assert_eq!(one("x -Inf").value, f64::NEG_INFINITY);
@@ -305,14 +276,7 @@ mod tests {
     fn label_escapes_and_specials_inside_quotes() {
         let s = one(r#"m{a="x}y,z",b="q\"uo\\te\nnl" , c = "" ,} 1"#);
         let labels: Vec<_> = s.labels().map(|(k, v)| (k, v.into_owned())).collect();
-        assert_eq!(
-            labels,
-            [
-                ("a", "x}y,z".to_owned()),
-                ("b", "q\"uo\\te\nnl".to_owned()),
-                ("c", String::new())
-            ]
-        );
+        assert_eq!(labels, [("a", "x}y,z".to_owned()), ("b", "q\"uo\\te\nnl".to_owned()), ("c", String::new())]);
         assert!(s.has_labels(&[("a", "x}y,z"), ("c", "")]));
         assert!(!s.has_labels(&[("a", "x")]));
         assert_eq!(s.label("missing"), None);

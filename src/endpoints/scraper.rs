@@ -122,7 +122,12 @@ pub async fn run_scrapers(
             }
             let token = cancel.child_token();
             let span = info_span!("scraper", endpoint = %entry.endpoint.id);
-            let poller = Poller { client: client.clone(), config: config.clone(), metrics: metrics.clone(), store: store.clone() };
+            let poller = Poller {
+                client: client.clone(),
+                config: config.clone(),
+                metrics: metrics.clone(),
+                store: store.clone(),
+            };
             tokio::spawn(poller.run(entry.clone(), token.clone()).instrument(span));
             tasks.insert(entry.endpoint.id.clone(), (entry.clone(), token));
         }
@@ -143,16 +148,12 @@ struct Poller {
 impl Poller {
     async fn run(self, entry: Arc<EndpointEntry>, cancel: CancellationToken) {
         let endpoint = &entry.endpoint;
-        let url = format!(
-            "http://{}{}",
-            super::model::host_port(endpoint.address, endpoint.metrics_port),
-            self.config.path
-        );
-        let engine = endpoint
-            .label(&self.config.engine_label)
-            .unwrap_or(&self.config.default_engine)
-            .to_string();
-        let Some(mapping) = self.config.engines.get(&engine).or_else(|| self.config.engines.get(&self.config.default_engine)) else {
+        let url =
+            format!("http://{}{}", super::model::host_port(endpoint.address, endpoint.metrics_port), self.config.path);
+        let engine = endpoint.label(&self.config.engine_label).unwrap_or(&self.config.default_engine).to_string();
+        let Some(mapping) =
+            self.config.engines.get(&engine).or_else(|| self.config.engines.get(&self.config.default_engine))
+        else {
             warn!(engine, "No metric mapping for engine; endpoint will not be scraped");
             return;
         };

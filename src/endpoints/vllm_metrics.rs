@@ -91,9 +91,7 @@ pub fn builtin_engine(name: &str) -> Option<EngineMapping> {
             ..empty
         },
         "triton-tensorrt-llm" => {
-            let request = |t: &str| {
-                Some(MetricSpec::new("nv_trt_llm_request_metrics").with_label("request_type", t))
-            };
+            let request = |t: &str| Some(MetricSpec::new("nv_trt_llm_request_metrics").with_label("request_type", t));
             let block = |t: &str| {
                 let name = "nv_trt_llm_kv_cache_block_metrics";
                 Some(MetricSpec::new(name).with_label("kv_cache_block_type", t))
@@ -223,10 +221,7 @@ pub fn extract(text: &str, mapping: &EngineMapping) -> Extracted {
             }
         }
     }
-    let mut out = Extracted {
-        malformed_lines,
-        ..Extracted::default()
-    };
+    let mut out = Extracted { malformed_lines, ..Extracted::default() };
     out.apply(&specs, &best, mapping);
     out.extracted_any = out.missing.len() < configured_fields(mapping);
     out
@@ -266,11 +261,7 @@ impl Extracted {
         mapping: &EngineMapping,
     ) {
         let configured = |slot: Slot| specs[slot as usize].1.is_some();
-        let value = |slot: Slot| {
-            best[slot as usize]
-                .map(|s| s.value)
-                .filter(|v| v.is_finite())
-        };
+        let value = |slot: Slot| best[slot as usize].map(|s| s.value).filter(|v| v.is_finite());
         let m = &mut self.metrics;
         let mut missing = Vec::new();
         if configured(Slot::Queued) {
@@ -339,13 +330,9 @@ fn parsed_label<T: std::str::FromStr>(sample: &Sample<'_>, label: &str) -> Optio
 
 /// A comma-separated adapter list label; names trimmed, empty entries dropped.
 fn adapter_list(sample: &Sample<'_>, label: &str) -> Vec<String> {
-    sample.label(label).map_or_else(Vec::new, |v| {
-        v.split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(str::to_owned)
-            .collect()
-    })
+    sample
+        .label(label)
+        .map_or_else(Vec::new, |v| v.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect())
 }
 
 #[cfg(test)]

@@ -14,13 +14,14 @@ use rand::seq::IndexedRandom;
 use super::error::ExtProcError;
 use crate::endpoints::model::Candidate;
 use crate::endpoints::store::EndpointStore;
+use crate::request::InferenceRequest;
 use crate::request::headers::{self, RequestHeaders, SUBSET_HINT_KEY, SUBSET_HINT_NAMESPACE};
 use crate::request::openai::{ApiKind, parse_body, rewrite_model};
-use crate::request::InferenceRequest;
 use crate::scheduling::scheduler::{Decision, Scheduler};
 
 /// Path suffixes whose bodies epp understands; anything else is passed through unparsed.
-const KNOWN_API_SUFFIXES: &[&str] = &["/chat/completions", "/completions", "/responses", "/embeddings", "/conversations"];
+const KNOWN_API_SUFFIXES: &[&str] =
+    &["/chat/completions", "/completions", "/responses", "/embeddings", "/conversations"];
 
 /// A decided request.
 #[derive(Debug)]
@@ -108,7 +109,11 @@ pub fn base_request(headers: &RequestHeaders) -> InferenceRequest {
 /// A uniformly random endpoint for body-less requests (GIE behaviour); `Internal` when the
 /// pool is empty.
 pub fn random_endpoint(store: &EndpointStore) -> Result<Candidate, ExtProcError> {
-    store.candidates().choose(&mut rand::rng()).cloned().ok_or_else(|| ExtProcError::Internal("no pods available in datastore".into()))
+    store
+        .candidates()
+        .choose(&mut rand::rng())
+        .cloned()
+        .ok_or_else(|| ExtProcError::Internal("no pods available in datastore".into()))
 }
 
 /// The gateway's subset hint: `Some(list)` when the key is present (possibly empty).

@@ -58,9 +58,10 @@ impl From<ScheduleError> for ExtProcError {
     fn from(e: ScheduleError) -> Self {
         match e {
             ScheduleError::NoCandidates => Self::ServiceUnavailable(e.to_string()),
-            ScheduleError::AllFiltered { .. } | ScheduleError::NoResult { .. } | ScheduleError::NoProfileRan | ScheduleError::Saturated => {
-                Self::ResourceExhausted(e.to_string())
-            }
+            ScheduleError::AllFiltered { .. }
+            | ScheduleError::NoResult { .. }
+            | ScheduleError::NoProfileRan
+            | ScheduleError::Saturated => Self::ResourceExhausted(e.to_string()),
         }
     }
 }

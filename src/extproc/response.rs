@@ -34,7 +34,8 @@ pub fn mutation(set: &[(String, String)], remove: &[String]) -> HeaderMutation {
 /// `{"envoy.lb": {"x-gateway-destination-endpoint": dest}}`.
 pub fn destination_metadata(destination: &str) -> Struct {
     let inner = Struct {
-        fields: [(DESTINATION_ENDPOINT.to_string(), Value { kind: Some(Kind::StringValue(destination.to_string())) })].into(),
+        fields: [(DESTINATION_ENDPOINT.to_string(), Value { kind: Some(Kind::StringValue(destination.to_string())) })]
+            .into(),
     };
     Struct { fields: [(LB_METADATA_NAMESPACE.to_string(), Value { kind: Some(Kind::StructValue(inner)) })].into() }
 }
@@ -85,7 +86,9 @@ pub enum Direction {
 /// One `streamed_response` chunk.
 pub fn streamed_chunk(direction: Direction, body: Vec<u8>, end_of_stream: bool) -> ProcessingResponse {
     let common = CommonResponse {
-        body_mutation: Some(BodyMutation { mutation: Some(body_mutation::Mutation::StreamedResponse(StreamedBodyResponse { body, end_of_stream })) }),
+        body_mutation: Some(BodyMutation {
+            mutation: Some(body_mutation::Mutation::StreamedResponse(StreamedBodyResponse { body, end_of_stream })),
+        }),
         ..Default::default()
     };
     match direction {
@@ -101,7 +104,10 @@ pub fn chunked_body(direction: Direction, body: &[u8], eos: bool) -> Vec<Process
         return vec![streamed_chunk(direction, Vec::new(), eos)];
     }
     let n = body.len().div_ceil(BODY_CHUNK_LIMIT);
-    body.chunks(BODY_CHUNK_LIMIT).enumerate().map(|(i, c)| streamed_chunk(direction, c.to_vec(), eos && i + 1 == n)).collect()
+    body.chunks(BODY_CHUNK_LIMIT)
+        .enumerate()
+        .map(|(i, c)| streamed_chunk(direction, c.to_vec(), eos && i + 1 == n))
+        .collect()
 }
 
 /// A buffered-mode body replacement.
@@ -130,7 +136,9 @@ mod tests {
 
     fn chunk_of(r: &ProcessingResponse) -> (usize, bool) {
         let Some(Response::RequestBody(b)) = &r.response else { panic!("not a body reply") };
-        let Some(body_mutation::Mutation::StreamedResponse(s)) = b.response.as_ref().and_then(|c| c.body_mutation.as_ref()).and_then(|m| m.mutation.as_ref()) else {
+        let Some(body_mutation::Mutation::StreamedResponse(s)) =
+            b.response.as_ref().and_then(|c| c.body_mutation.as_ref()).and_then(|m| m.mutation.as_ref())
+        else {
             panic!("not streamed")
         };
         (s.body.len(), s.end_of_stream)
@@ -143,7 +151,10 @@ mod tests {
         assert_eq!(chunks, vec![(62_000, false), (62_000, false), (29_600, true)]);
         let chunks: Vec<_> = chunked_body(Direction::Request, &body, false).iter().map(chunk_of).collect();
         assert!(chunks.iter().all(|(_, eos)| !eos));
-        assert_eq!(chunked_body(Direction::Request, b"", true).iter().map(chunk_of).collect::<Vec<_>>(), vec![(0, true)]);
+        assert_eq!(
+            chunked_body(Direction::Request, b"", true).iter().map(chunk_of).collect::<Vec<_>>(),
+            vec![(0, true)]
+        );
     }
 
     #[test]

@@ -72,7 +72,10 @@ type ReplyStream = Pin<Box<dyn Stream<Item = Result<ProcessingResponse, Status>>
 impl ExternalProcessor for ExtProcService {
     type ProcessStream = ReplyStream;
 
-    async fn process(&self, request: Request<Streaming<ProcessingRequest>>) -> Result<Response<Self::ProcessStream>, Status> {
+    async fn process(
+        &self,
+        request: Request<Streaming<ProcessingRequest>>,
+    ) -> Result<Response<Self::ProcessStream>, Status> {
         let mut inbound = request.into_inner();
         let (tx, rx) = mpsc::channel(REPLY_BUFFER);
         let mut processor = StreamProcessor::new(self.shared.clone());

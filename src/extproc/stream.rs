@@ -24,9 +24,9 @@ use super::service::Shared;
 use crate::proto::envoy::config::core::v3::HeaderMap;
 use crate::proto::ext_proc::processing_request::Request;
 use crate::proto::ext_proc::{CommonResponse, ProcessingRequest, ProcessingResponse};
+use crate::request::InferenceRequest;
 use crate::request::headers::{self, CONTENT_LENGTH, DESTINATION_ENDPOINT, REQUEST_ID, RequestHeaders};
 use crate::request::usage::{SseUsageScanner, Usage, restore_model_name, usage_from_json};
-use crate::request::InferenceRequest;
 use crate::scheduling::result::{HeaderEdits, SchedulingResult};
 use crate::tokenize::Tokenizer;
 
@@ -99,7 +99,8 @@ impl StreamProcessor {
     /// A processor for a new stream.
     pub fn new(shared: Arc<Shared>) -> Self {
         let req_mode = if shared.options.default_buffered { RequestMode::Buffered } else { RequestMode::FullDuplex };
-        let resp_mode = if shared.options.default_buffered { ResponseMode::PerMessage } else { ResponseMode::FullDuplex };
+        let resp_mode =
+            if shared.options.default_buffered { ResponseMode::PerMessage } else { ResponseMode::FullDuplex };
         Self {
             shared,
             started: Instant::now(),
@@ -236,7 +237,12 @@ impl StreamProcessor {
 
     /// As `schedule_body`, with the asynchronous tokenize step between parsing and the
     /// decision (the decision itself stays synchronous and I/O-free).
-    async fn schedule_body_tokenized(&mut self, body: Vec<u8>, tokenizer: &Tokenizer, ended_with_trailers: bool) -> Vec<ProcessingResponse> {
+    async fn schedule_body_tokenized(
+        &mut self,
+        body: Vec<u8>,
+        tokenizer: &Tokenizer,
+        ended_with_trailers: bool,
+    ) -> Vec<ProcessingResponse> {
         let use_hint = !self.shared.options.disable_subset_filter;
         let large = body.len() > OFFLOAD_BODY_BYTES;
         let body = Bytes::from(body);
@@ -279,7 +285,12 @@ impl StreamProcessor {
         }
     }
 
-    fn reply_scheduled(&mut self, outcome: Outcome, body: Vec<u8>, ended_with_trailers: bool) -> Vec<ProcessingResponse> {
+    fn reply_scheduled(
+        &mut self,
+        outcome: Outcome,
+        body: Vec<u8>,
+        ended_with_trailers: bool,
+    ) -> Vec<ProcessingResponse> {
         let Outcome { request, decision, rewritten_body } = outcome;
         let destination = decision.result.destination();
         let upstream = rewritten_body.as_deref().unwrap_or(&body);
@@ -291,7 +302,11 @@ impl StreamProcessor {
         set.extend(decision.headers.set.iter().cloned());
         let mut remove = decision.headers.remove.clone();
         remove.extend(control_headers_present(&self.headers));
-        let common = CommonResponse { header_mutation: Some(resp::mutation(&set, &remove)), clear_route_cache: true, ..Default::default() };
+        let common = CommonResponse {
+            header_mutation: Some(resp::mutation(&set, &remove)),
+            clear_route_cache: true,
+            ..Default::default()
+        };
         debug!(request_id = %request.request_id, model = %request.target_model, %destination, "Scheduled");
         self.shared.metrics.scheduled(&request.incoming_model, &request.target_model, body.len());
         self.response_streaming = request.body.as_ref().is_some_and(|b| b.stream);
@@ -329,7 +344,10 @@ impl StreamProcessor {
         };
         let request = super::decide::base_request(&self.headers);
         let destination = candidate.endpoint.host_port.to_string();
-        let set = vec![(DESTINATION_ENDPOINT.to_string(), destination.clone()), (REQUEST_ID.to_string(), request.request_id.clone())];
+        let set = vec![
+            (DESTINATION_ENDPOINT.to_string(), destination.clone()),
+            (REQUEST_ID.to_string(), request.request_id.clone()),
+        ];
         let common = CommonResponse {
             header_mutation: Some(resp::mutation(&set, &control_headers_present(&self.headers))),
             clear_route_cache: true,
@@ -372,7 +390,10 @@ impl StreamProcessor {
         }
         let mut set = vec![(headers::WENT_INTO_RESP_HEADERS.to_string(), "true".to_string())];
         set.extend(edits.set);
-        let reply = resp::response_headers(CommonResponse { header_mutation: Some(resp::mutation(&set, &edits.remove)), ..Default::default() });
+        let reply = resp::response_headers(CommonResponse {
+            header_mutation: Some(resp::mutation(&set, &edits.remove)),
+            ..Default::default()
+        });
         if end_of_stream {
             self.complete();
         }
@@ -447,7 +468,12 @@ impl StreamProcessor {
             for hook in &self.shared.scheduler.load().response {
                 hook.on_response_complete(&s.request, result, usage.as_ref());
             }
-            self.shared.metrics.finished(&s.request.incoming_model, &s.request.target_model, self.started.elapsed().as_secs_f64(), usage.as_ref());
+            self.shared.metrics.finished(
+                &s.request.incoming_model,
+                &s.request.target_model,
+                self.started.elapsed().as_secs_f64(),
+                usage.as_ref(),
+            );
         }
     }
 }
@@ -459,7 +485,11 @@ pub fn read_headers(map: Option<&HeaderMap>) -> RequestHeaders {
             m.headers
                 .iter()
                 .map(|h| {
-                    let value = if h.raw_value.is_empty() { h.value.clone() } else { String::from_utf8_lossy(&h.raw_value).into_owned() };
+                    let value = if h.raw_value.is_empty() {
+                        h.value.clone()
+                    } else {
+                        String::from_utf8_lossy(&h.raw_value).into_owned()
+                    };
                     (h.key.to_ascii_lowercase(), value)
                 })
                 .collect()
@@ -471,10 +501,5 @@ pub fn read_headers(map: Option<&HeaderMap>) -> RequestHeaders {
 /// Inbound control headers to strip from the upstream request (never `content-length` or
 /// pseudo-headers).
 fn control_headers_present(h: &RequestHeaders) -> Vec<String> {
-    h.all
-        .iter()
-        .map(|(k, _)| k)
-        .filter(|k| headers::is_system_owned(k) && *k != CONTENT_LENGTH)
-        .cloned()
-        .collect()
+    h.all.iter().map(|(k, _)| k).filter(|k| headers::is_system_owned(k) && *k != CONTENT_LENGTH).cloned().collect()
 }

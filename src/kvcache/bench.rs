@@ -83,7 +83,11 @@ fn lines<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Vec<T>, BenchError
         if line.trim().is_empty() {
             continue;
         }
-        out.push(serde_json::from_str(&line).map_err(|source| BenchError::Json { path: path.to_owned(), line: i + 1, source })?);
+        out.push(serde_json::from_str(&line).map_err(|source| BenchError::Json {
+            path: path.to_owned(),
+            line: i + 1,
+            source,
+        })?);
     }
     Ok(out)
 }
@@ -99,8 +103,10 @@ fn percentile_us(sorted: &[Duration], p: f64) -> f64 {
 /// Replays the workload in `dir`; `mismatches > 0` means a wrong answer.
 pub fn run_index_bench(dir: &Path) -> Result<IndexBenchReport, BenchError> {
     let mpath = dir.join("manifest.json");
-    let manifest: Manifest = serde_json::from_slice(&std::fs::read(&mpath).map_err(|source| BenchError::Io { path: mpath.clone(), source })?)
-        .map_err(|source| BenchError::Json { path: mpath.clone(), line: 1, source })?;
+    let manifest: Manifest = serde_json::from_slice(
+        &std::fs::read(&mpath).map_err(|source| BenchError::Io { path: mpath.clone(), source })?,
+    )
+    .map_err(|source| BenchError::Json { path: mpath.clone(), line: 1, source })?;
     let epath = dir.join("events.jsonl");
     let events: Vec<Event> = lines(&epath)?;
     let total: usize = events.iter().filter(|e| e.op == "stored").map(|e| e.hashes.len()).sum();
@@ -171,7 +177,9 @@ mod tests {
     /// Writes a tiny workload in the tool's format; `lie` corrupts one answer.
     fn tiny(dir: &Path, lie: bool) {
         std::fs::create_dir_all(dir).expect("dir");
-        let w = |name: &str, body: &str| File::create(dir.join(name)).expect("create").write_all(body.as_bytes()).expect("write");
+        let w = |name: &str, body: &str| {
+            File::create(dir.join(name)).expect("create").write_all(body.as_bytes()).expect("write")
+        };
         w("manifest.json", r#"{"format":"kv-prefix-workload/1","params":{"query_lengths":[3]}}"#);
         w(
             "events.jsonl",

@@ -42,8 +42,7 @@ pub enum DecodeError {
 /// Decodes one payload (the third ZMQ frame).
 pub fn decode_batch(payload: &[u8]) -> Result<EventBatch, DecodeError> {
     let mut rd = payload;
-    let value = rmpv::decode::read_value_with_max_depth(&mut rd, MAX_DEPTH)
-        .map_err(DecodeError::Msgpack)?;
+    let value = rmpv::decode::read_value_with_max_depth(&mut rd, MAX_DEPTH).map_err(DecodeError::Msgpack)?;
     if !rd.is_empty() {
         return Err(DecodeError::TrailingBytes(rd.len()));
     }
@@ -64,15 +63,13 @@ pub fn decode_batch(payload: &[u8]) -> Result<EventBatch, DecodeError> {
     };
     let data_parallel_rank = match rank {
         None | Some(Value::Nil) => None,
-        Some(v) => Some(as_u32(v).ok_or(DecodeError::BadField {
-            event: "batch",
-            field: "data_parallel_rank",
-        })?),
+        Some(v) => Some(as_u32(v).ok_or(DecodeError::BadField { event: "batch", field: "data_parallel_rank" })?),
     };
     let Value::Array(raw_events) = events else {
         return Err(DecodeError::NotABatch);
     };
-    let mut batch = EventBatch { ts, events: Vec::with_capacity(raw_events.len()), data_parallel_rank, unknown_events: 0 };
+    let mut batch =
+        EventBatch { ts, events: Vec::with_capacity(raw_events.len()), data_parallel_rank, unknown_events: 0 };
     for (index, raw) in raw_events.iter().enumerate() {
         let fields = Fields::of(raw).ok_or(DecodeError::NoTag { index })?;
         match fields.tag {
@@ -160,7 +157,12 @@ fn hashes(f: &Fields<'_>, event: &'static str) -> Result<Vec<EngineHash>, Decode
     items.iter().map(|v| hash_of(v).ok_or(DecodeError::BadField { event, field })).collect()
 }
 
-fn optional_u32(f: &Fields<'_>, pos: usize, event: &'static str, field: &'static str) -> Result<Option<u32>, DecodeError> {
+fn optional_u32(
+    f: &Fields<'_>,
+    pos: usize,
+    event: &'static str,
+    field: &'static str,
+) -> Result<Option<u32>, DecodeError> {
     match f.get(pos, field) {
         None | Some(Value::Nil) => Ok(None),
         Some(v) => as_u32(v).map(Some).ok_or(DecodeError::BadField { event, field }),
@@ -225,7 +227,8 @@ fn block_extras(v: &Value) -> Option<Vec<ExtraKey>> {
             .map(|e| match e {
                 Value::String(s) => s.as_str().map_or(ExtraKey::Other, |s| ExtraKey::Str(s.to_owned())),
                 Value::Binary(b) => ExtraKey::Bytes(b.clone()),
-                Value::Array(pair) => match (pair.first().and_then(Value::as_str), pair.get(1).and_then(Value::as_i64)) {
+                Value::Array(pair) => match (pair.first().and_then(Value::as_str), pair.get(1).and_then(Value::as_i64))
+                {
                     (Some(id), Some(offset)) => ExtraKey::Mm { identifier: id.to_owned(), offset },
                     (Some(id), None) => ExtraKey::Mm { identifier: id.to_owned(), offset: 0 },
                     _ => ExtraKey::Other,

@@ -27,10 +27,9 @@ pub(crate) fn hex_decode(s: &str) -> Vec<u8> {
 fn json_extra(v: &Json) -> ExtraKey {
     match v {
         Json::String(s) => ExtraKey::Str(s.clone()),
-        Json::Array(p) => ExtraKey::Mm {
-            identifier: p[0].as_str().expect("id").to_owned(),
-            offset: p[1].as_i64().expect("offset"),
-        },
+        Json::Array(p) => {
+            ExtraKey::Mm { identifier: p[0].as_str().expect("id").to_owned(), offset: p[1].as_i64().expect("offset") }
+        }
         Json::Object(o) => ExtraKey::Bytes(hex_decode(o["bytes_hex"].as_str().expect("hex"))),
         other => panic!("unexpected extra key {other}"),
     }
@@ -43,7 +42,12 @@ fn expected_event(e: &Json) -> KvEvent {
         "BlockStored" => KvEvent::BlockStored(BlockStored {
             block_hashes: hashes(e),
             parent_block_hash: (!e["parent_block_hash"].is_null()).then(|| json_hash(&e["parent_block_hash"])),
-            token_ids: e["token_ids"].as_array().expect("tokens").iter().map(|t| t.as_u64().expect("tok") as u32).collect(),
+            token_ids: e["token_ids"]
+                .as_array()
+                .expect("tokens")
+                .iter()
+                .map(|t| t.as_u64().expect("tok") as u32)
+                .collect(),
             block_size: e["block_size"].as_u64().expect("bs") as u32,
             lora_id: e["lora_id"].as_u64(),
             medium,
@@ -82,7 +86,8 @@ fn decodes_every_public_vector() {
     for dir in ["events", "legacy"] {
         for bin in vector_names(dir) {
             let payload = std::fs::read(&bin).expect("bin");
-            let meta: Json = serde_json::from_slice(&std::fs::read(bin.with_extension("json")).expect("json")).expect("json");
+            let meta: Json =
+                serde_json::from_slice(&std::fs::read(bin.with_extension("json")).expect("json")).expect("json");
             assert_eq!(payload.len() as u64, meta["payload_len"].as_u64().expect("len"), "{bin:?}");
             let batch = decode_batch(&payload).unwrap_or_else(|e| panic!("{bin:?}: {e}"));
             let d = &meta["decoded"];
@@ -112,16 +117,24 @@ fn decodes_llmd_array_vector_and_bytes_hash() {
     p.extend(hex_decode("a3475055"));
     let b = decode_batch(&p).expect("bytes form");
     assert_eq!(b.data_parallel_rank, None);
-    assert_eq!(b.events, vec![KvEvent::BlockRemoved(BlockRemoved { block_hashes: vec![17], medium: Some(Tier::Gpu), group_idx: None })]);
+    assert_eq!(
+        b.events,
+        vec![KvEvent::BlockRemoved(BlockRemoved { block_hashes: vec![17], medium: Some(Tier::Gpu), group_idx: None })]
+    );
 }
 
 #[test]
 fn negative_int_hash_is_reinterpreted_and_unknown_tags_skipped() {
     // [0.0, [["BlockRemoved", [-1], nil], ["Future", 1]], nil]
-    let p = hex_decode("93cb00000000000000009293ac426c6f636b52656d6f76656491ffc092a6467574757265 01c0".replace(' ', "").as_str());
+    let p = hex_decode(
+        "93cb00000000000000009293ac426c6f636b52656d6f76656491ffc092a6467574757265 01c0".replace(' ', "").as_str(),
+    );
     let b = decode_batch(&p).expect("decodes");
     assert_eq!(b.unknown_events, 1);
-    assert_eq!(b.events, vec![KvEvent::BlockRemoved(BlockRemoved { block_hashes: vec![u64::MAX], medium: None, group_idx: None })]);
+    assert_eq!(
+        b.events,
+        vec![KvEvent::BlockRemoved(BlockRemoved { block_hashes: vec![u64::MAX], medium: None, group_idx: None })]
+    );
 }
 
 #[test]

@@ -181,7 +181,8 @@ mod tests {
     use crate::kvcache::events::KvEvent;
 
     fn prefill() -> BlockStored {
-        let p = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/kv_events/events/01_stored_prefill_u64.bin");
+        let p = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/kv_events/events/01_stored_prefill_u64.bin");
         let b = decode_batch(&std::fs::read(p).expect("fixture")).expect("decodes");
         match b.events.into_iter().next() {
             Some(KvEvent::BlockStored(s)) => s,
@@ -207,8 +208,14 @@ mod tests {
         let m = KvCacheMetrics::register(&prometheus::Registry::new()).expect("metrics");
         assert_eq!(detector(HashAlgo::Sha256, None, 16).observe("a", &s, Some(&m)), DriftVerdict::Match);
         assert_eq!(m.endpoint_block_size.with_label_values(&["a"]).get(), 16);
-        assert_eq!(detector(HashAlgo::Sha256, None, 64).observe("a", &s, None), DriftVerdict::Mismatch(DriftCause::BlockSize));
-        assert_eq!(detector(HashAlgo::Sha256Cbor, None, 16).observe("a", &s, None), DriftVerdict::Mismatch(DriftCause::Algorithm));
+        assert_eq!(
+            detector(HashAlgo::Sha256, None, 64).observe("a", &s, None),
+            DriftVerdict::Mismatch(DriftCause::BlockSize)
+        );
+        assert_eq!(
+            detector(HashAlgo::Sha256Cbor, None, 16).observe("a", &s, None),
+            DriftVerdict::Mismatch(DriftCause::Algorithm)
+        );
         let d = detector(HashAlgo::Sha256, Some("42"), 16);
         assert_eq!(d.observe("a", &s, Some(&m)), DriftVerdict::Mismatch(DriftCause::HashSeed));
         assert_eq!(m.drift_mismatches.with_label_values(&["a", "hash_seed"]).get(), 1);

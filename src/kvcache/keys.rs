@@ -18,7 +18,7 @@
 
 use std::str::FromStr;
 
-use super::hashing::{cbor_head, cbor_int, cbor_text, CBOR_NULL};
+use super::hashing::{CBOR_NULL, cbor_head, cbor_int, cbor_text};
 
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
@@ -153,7 +153,13 @@ impl RequestKeyer {
 
     /// Request keys of a prompt: root from the model (or LoRA name), the cache
     /// salt appended to block 0's extras.
-    pub fn prompt_keys(&self, model_or_lora: &str, cache_salt: Option<&str>, tokens: &[u32], block_size: usize) -> Vec<u64> {
+    pub fn prompt_keys(
+        &self,
+        model_or_lora: &str,
+        cache_salt: Option<&str>,
+        tokens: &[u32],
+        block_size: usize,
+    ) -> Vec<u64> {
         let extras: Vec<Vec<&str>> = cache_salt.map(|s| vec![vec![s]]).unwrap_or_default();
         self.chain(self.root(model_or_lora), tokens, block_size, &extras)
     }

@@ -5,9 +5,7 @@
 //! `epp_kv_` prefix. Per-endpoint series (`endpoint` label) are removed with
 //! [`KvCacheMetrics::forget_endpoint`] when an endpoint leaves.
 
-use prometheus::{
-    Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
-};
+use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
 use super::events::EventKind;
 use super::index::{ApplyStats, EndpointMatch, EventOutcome, PrefixIndex};
@@ -101,13 +99,22 @@ impl KvCacheMetrics {
             lookup_hit_blocks: counter("epp_kv_lookup_hit_blocks_total", "Blocks matched by the best endpoint")?,
             prefix_hit_ratio: reg(
                 r,
-                Histogram::with_opts(HistogramOpts::new("epp_kv_prefix_hit_ratio", "Best prefix match / blocks").buckets(ratio_buckets))?,
+                Histogram::with_opts(
+                    HistogramOpts::new("epp_kv_prefix_hit_ratio", "Best prefix match / blocks").buckets(ratio_buckets),
+                )?,
             )?,
             drift_checks: counter_vec("epp_kv_drift_checks_total", "Block hashes verified", &["endpoint"])?,
-            drift_mismatches: counter_vec("epp_kv_drift_mismatches_total", "Hash mismatches by likely cause", &["endpoint", "cause"])?,
+            drift_mismatches: counter_vec(
+                "epp_kv_drift_mismatches_total",
+                "Hash mismatches by likely cause",
+                &["endpoint", "cause"],
+            )?,
             endpoint_block_size: reg(
                 r,
-                IntGaugeVec::new(Opts::new("epp_kv_endpoint_block_size", "Block size the endpoint publishes"), &["endpoint"])?,
+                IntGaugeVec::new(
+                    Opts::new("epp_kv_endpoint_block_size", "Block size the endpoint publishes"),
+                    &["endpoint"],
+                )?,
             )?,
             apply_latency: reg(
                 r,

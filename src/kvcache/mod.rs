@@ -36,12 +36,12 @@ pub mod metrics;
 pub mod sequence;
 pub mod subscriber;
 
-pub use bench::{run_index_bench, BenchError, IndexBenchReport};
-pub use decode::{decode_batch, DecodeError};
+pub use bench::{BenchError, IndexBenchReport, run_index_bench};
+pub use decode::{DecodeError, decode_batch};
 pub use drift::{DriftConfig, DriftDetector};
 pub use events::{EventBatch, KvEvent, Tier};
 pub use hashing::{HashAlgo, VllmHasher, VllmVersion};
 pub use index::{EndpointMatch, IndexConfig, KeyMode, PrefixIndex, TierWeights};
-pub use keys::{request_keys, RequestKeyAlgo, RequestKeyer};
+pub use keys::{RequestKeyAlgo, RequestKeyer, request_keys};
 pub use metrics::KvCacheMetrics;
 pub use subscriber::{KvEventSource, Subscriber, SubscriberConfig, SubscriberHandle};

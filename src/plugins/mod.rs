@@ -16,12 +16,12 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::endpoints::model::Candidate;
+use crate::request::InferenceRequest;
 use crate::request::usage::Usage;
+use crate::scheduling::ScheduleError;
 use crate::scheduling::context::{DataKey, SchedulingContext};
 use crate::scheduling::data::RequestData;
 use crate::scheduling::result::{HeaderEdits, ProfileResults, SchedulingResult};
-use crate::scheduling::ScheduleError;
-use crate::request::InferenceRequest;
 
 /// Name of a configured plugin instance (`plugins[].name`, defaulting to its type).
 pub type PluginName = Arc<str>;
@@ -31,7 +31,11 @@ pub trait ProfileHandler: Send + Sync + fmt::Debug {
     /// Names of the profiles to run next, given the results so far; empty stops the loop.
     fn pick(&self, cx: &SchedulingContext<'_>, profiles: &[Arc<str>], results: &ProfileResults) -> Vec<Arc<str>>;
     /// Turns the profile results into the scheduling result (primary profile and others).
-    fn process_results(&self, cx: &SchedulingContext<'_>, results: ProfileResults) -> Result<SchedulingResult, ScheduleError>;
+    fn process_results(
+        &self,
+        cx: &SchedulingContext<'_>,
+        results: ProfileResults,
+    ) -> Result<SchedulingResult, ScheduleError>;
 }
 
 /// Keeps a subset of the candidates. Must return a subset of its input, in any order.
@@ -98,7 +102,8 @@ pub trait ResponseHook: Send + Sync + fmt::Debug {
     fn on_response_headers(&self, _request: &InferenceRequest, _result: &SchedulingResult, _status: Option<u16>) {}
     /// Response-header changes to send back to Envoy (e.g. a session token). Called once,
     /// right after `on_response_headers`; the default adds nothing.
-    fn edit_response_headers(&self, _request: &InferenceRequest, _result: &SchedulingResult, _edits: &mut HeaderEdits) {}
+    fn edit_response_headers(&self, _request: &InferenceRequest, _result: &SchedulingResult, _edits: &mut HeaderEdits) {
+    }
     /// The response completed, or the stream ended early; `usage` when the body reported it.
     fn on_response_complete(&self, request: &InferenceRequest, result: &SchedulingResult, usage: Option<&Usage>);
 }
@@ -266,16 +271,36 @@ impl PluginInstance {
     /// Human-readable list of roles, for errors ("scorer, pre-request").
     pub fn roles(&self) -> String {
         let mut r = Vec::new();
-        if self.profile_handler.is_some() { r.push("profile handler") }
-        if self.filter.is_some() { r.push("filter") }
-        if self.scorer.is_some() { r.push("scorer") }
-        if self.picker.is_some() { r.push("picker") }
-        if self.producer.is_some() { r.push("data producer") }
-        if self.pre_request.is_some() { r.push("pre-request hook") }
-        if self.response.is_some() { r.push("response hook") }
-        if self.saturation.is_some() { r.push("saturation detector") }
-        if self.decider.is_some() { r.push("decider") }
-        if self.passive { r.push("data-layer/policy plugin") }
+        if self.profile_handler.is_some() {
+            r.push("profile handler")
+        }
+        if self.filter.is_some() {
+            r.push("filter")
+        }
+        if self.scorer.is_some() {
+            r.push("scorer")
+        }
+        if self.picker.is_some() {
+            r.push("picker")
+        }
+        if self.producer.is_some() {
+            r.push("data producer")
+        }
+        if self.pre_request.is_some() {
+            r.push("pre-request hook")
+        }
+        if self.response.is_some() {
+            r.push("response hook")
+        }
+        if self.saturation.is_some() {
+            r.push("saturation detector")
+        }
+        if self.decider.is_some() {
+            r.push("decider")
+        }
+        if self.passive {
+            r.push("data-layer/policy plugin")
+        }
         r.join(", ")
     }
 }

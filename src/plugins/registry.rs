@@ -72,11 +72,17 @@ impl BuildContext {
         let path = format!("{}.parameters.{param}", spec.path);
         if let Some(inst) = self.earlier.iter().find(|i| &*i.name == name) {
             return role(inst).ok_or_else(|| {
-                BuildError::new(&path, format!("plugin {name:?} ({}) is a {}, not a {role_name}", inst.type_name, inst.roles()))
+                BuildError::new(
+                    &path,
+                    format!("plugin {name:?} ({}) is a {}, not a {role_name}", inst.type_name, inst.roles()),
+                )
             });
         }
         if self.declared.iter().any(|d| d == name) {
-            return Err(BuildError::new(path, format!("plugin {name:?} is declared after {:?}; declare it earlier in `plugins`", &*spec.name)));
+            return Err(BuildError::new(
+                path,
+                format!("plugin {name:?} is declared after {:?}; declare it earlier in `plugins`", &*spec.name),
+            ));
         }
         let mut message = format!("references undefined plugin {name:?}");
         if let Some(s) = crate::config::error::closest(name, self.declared.iter().map(String::as_str)) {
@@ -152,7 +158,12 @@ impl PluginMetrics {
     }
 }
 
-fn counter(registry: &prometheus::Registry, name: &str, help: &str, labels: &[&str]) -> Result<IntCounterVec, prometheus::Error> {
+fn counter(
+    registry: &prometheus::Registry,
+    name: &str,
+    help: &str,
+    labels: &[&str],
+) -> Result<IntCounterVec, prometheus::Error> {
     let c = IntCounterVec::new(prometheus::Opts::new(name, help), labels)?;
     registry.register(Box::new(c.clone()))?;
     Ok(c)
@@ -197,7 +208,8 @@ impl Registry {
     pub fn alias(&mut self, alias: &'static str, canonical: &'static str) -> &mut Self {
         let target = self.types.get(canonical).copied();
         let target = target.unwrap_or_else(|| panic!("alias {alias} of unregistered {canonical}"));
-        self.types.insert(alias, Registration { type_name: canonical, factory: target.factory, alias_of: Some(canonical) });
+        self.types
+            .insert(alias, Registration { type_name: canonical, factory: target.factory, alias_of: Some(canonical) });
         self.warned.insert(alias, Arc::new(AtomicBool::new(false)));
         self
     }

@@ -59,10 +59,9 @@ fn push_messages(packer: &mut Packer, messages: &[ChatMessage]) {
         packer.push(message.role.as_bytes());
         match &message.content {
             MessageContent::Text(text) => packer.push(text.as_bytes()),
-            MessageContent::Parts(parts) => parts
-                .iter()
-                .filter_map(|p| p.text.as_deref())
-                .for_each(|t| packer.push(t.as_bytes())),
+            MessageContent::Parts(parts) => {
+                parts.iter().filter_map(|p| p.text.as_deref()).for_each(|t| packer.push(t.as_bytes()))
+            }
             MessageContent::None => {}
         }
     }
@@ -77,23 +76,15 @@ fn byte_len_hint(prompt: &Prompt) -> usize {
                 m.role.len()
                     + match &m.content {
                         MessageContent::Text(t) => t.len(),
-                        MessageContent::Parts(p) => p
-                            .iter()
-                            .filter_map(|p| p.text.as_ref())
-                            .map(String::len)
-                            .sum(),
+                        MessageContent::Parts(p) => p.iter().filter_map(|p| p.text.as_ref()).map(String::len).sum(),
                         MessageContent::None => 0,
                     }
             })
             .sum()
     }
     match prompt {
-        Prompt::Texts(t) | Prompt::Embeddings(EmbeddingsInput::Texts(t)) => {
-            t.iter().map(String::len).sum()
-        }
-        Prompt::Chat(c) => {
-            c.tools.as_ref().map_or(0, |t| t.get().len()) + messages_len(&c.messages)
-        }
+        Prompt::Texts(t) | Prompt::Embeddings(EmbeddingsInput::Texts(t)) => t.iter().map(String::len).sum(),
+        Prompt::Chat(c) => c.tools.as_ref().map_or(0, |t| t.get().len()) + messages_len(&c.messages),
         Prompt::Conversations(items) => messages_len(items),
         Prompt::Responses(r) => match &r.input {
             ResponsesInput::Text(t) => t.len(),
@@ -112,11 +103,7 @@ struct Packer {
 
 impl Packer {
     fn with_byte_capacity(bytes: usize) -> Packer {
-        Packer {
-            words: Vec::with_capacity(bytes.div_ceil(4)),
-            carry: [0; 4],
-            carry_len: 0,
-        }
+        Packer { words: Vec::with_capacity(bytes.div_ceil(4)), carry: [0; 4], carry_len: 0 }
     }
 
     fn push(&mut self, mut bytes: &[u8]) {
@@ -133,8 +120,7 @@ impl Packer {
         }
         let chunks = bytes.chunks_exact(4);
         let rest = chunks.remainder();
-        self.words
-            .extend(chunks.map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])));
+        self.words.extend(chunks.map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])));
         self.carry[..rest.len()].copy_from_slice(rest);
         self.carry_len = rest.len();
     }
@@ -159,10 +145,7 @@ mod tests {
 
     #[test]
     fn chat_worked_example_from_reference() {
-        let p = prompt(
-            ApiKind::ChatCompletions,
-            r#"{"model":"m","messages":[{"role":"user","content":"hello"}]}"#,
-        );
+        let p = prompt(ApiKind::ChatCompletions, r#"{"model":"m","messages":[{"role":"user","content":"hello"}]}"#);
         assert_eq!(estimate_tokens(&p), vec![1919251317, 1819043176, 111]);
     }
 
@@ -178,10 +161,7 @@ mod tests {
 
     #[test]
     fn token_ids_pass_through_concatenated() {
-        let p = prompt(
-            ApiKind::Completions,
-            r#"{"model":"m","prompt":[[1,2],[3]]}"#,
-        );
+        let p = prompt(ApiKind::Completions, r#"{"model":"m","prompt":[[1,2],[3]]}"#);
         assert_eq!(estimate_tokens(&p), vec![1, 2, 3]);
         let p = prompt(ApiKind::Embeddings, r#"{"model":"m","input":[7,8]}"#);
         assert_eq!(estimate_tokens(&p), vec![7, 8]);
@@ -189,10 +169,7 @@ mod tests {
 
     #[test]
     fn texts_exact_multiple_of_four_has_no_padding_word() {
-        let p = prompt(
-            ApiKind::Completions,
-            r#"{"model":"m","prompt":["ab","cd"]}"#,
-        );
+        let p = prompt(ApiKind::Completions, r#"{"model":"m","prompt":["ab","cd"]}"#);
         assert_eq!(estimate_tokens(&p), vec![u32::from_le_bytes(*b"abcd")]);
     }
 
@@ -207,10 +184,7 @@ mod tests {
     fn reference_pack(bytes: &[u8]) -> Vec<u32> {
         let mut padded = bytes.to_vec();
         padded.resize(bytes.len().div_ceil(4) * 4, 0);
-        padded
-            .chunks(4)
-            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect()
+        padded.chunks(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
     }
 
     proptest::proptest! {

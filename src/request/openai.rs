@@ -63,10 +63,7 @@ impl ApiKind {
             ("/completions", ApiKind::Completions),
             ("/embeddings", ApiKind::Embeddings),
         ];
-        SUFFIXES
-            .iter()
-            .find(|(suffix, _)| path.ends_with(suffix))
-            .map_or(ApiKind::Completions, |(_, kind)| *kind)
+        SUFFIXES.iter().find(|(suffix, _)| path.ends_with(suffix)).map_or(ApiKind::Completions, |(_, kind)| *kind)
     }
 
     /// A stable lower-case name, usable as a metric label value.
@@ -240,9 +237,7 @@ pub fn parse_body(api: ApiKind, body: &[u8]) -> Result<ParsedBody, BodyError> {
     // per-string validation `from_slice` would do (measured ~15% of a chat body parse).
     let text = std::str::from_utf8(body).map_err(BodyError::NotUtf8)?;
     let mut de = serde_json::Deserializer::from_str(text);
-    let raw = de::BodySeed(api)
-        .deserialize(&mut de)
-        .map_err(BodyError::Json)?;
+    let raw = de::BodySeed(api).deserialize(&mut de).map_err(BodyError::Json)?;
     de.end().map_err(BodyError::Json)?;
     raw.validate(api)
 }
@@ -263,11 +258,8 @@ pub fn rewrite_model(body: &[u8], new_model: &str) -> Result<Vec<u8>, BodyError>
     }
     let text = std::str::from_utf8(body).map_err(BodyError::NotUtf8)?;
     let mut deserializer = serde_json::Deserializer::from_str(text);
-    let spans = de::ModelSpans {
-        base: body.as_ptr() as usize,
-    }
-    .deserialize(&mut deserializer)
-    .map_err(BodyError::Json)?;
+    let spans =
+        de::ModelSpans { base: body.as_ptr() as usize }.deserialize(&mut deserializer).map_err(BodyError::Json)?;
     deserializer.end().map_err(BodyError::Json)?;
     if spans.is_empty() {
         return Err(BodyError::ModelMissing);

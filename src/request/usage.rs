@@ -112,9 +112,7 @@ fn find(haystack: &[u8], needle: &[u8], from: usize) -> Option<usize> {
     let first = *needle.first()?;
     let mut pos = from;
     while pos + needle.len() <= haystack.len() {
-        let offset = haystack[pos..=haystack.len() - needle.len()]
-            .iter()
-            .position(|&b| b == first)?;
+        let offset = haystack[pos..=haystack.len() - needle.len()].iter().position(|&b| b == first)?;
         pos += offset;
         if haystack[pos..].starts_with(needle) {
             return Some(pos);
@@ -216,12 +214,7 @@ pub fn restore_model_name(chunk: &[u8], target: &str, incoming: &str) -> Option<
         let needle = format!("\"model\"{separator}{target_json}");
         if let Some(first) = find(chunk, needle.as_bytes(), 0) {
             let replacement = format!("\"model\"{separator}{incoming_json}");
-            return Some(replace_all(
-                chunk,
-                needle.as_bytes(),
-                replacement.as_bytes(),
-                first,
-            ));
+            return Some(replace_all(chunk, needle.as_bytes(), replacement.as_bytes(), first));
         }
     }
     None

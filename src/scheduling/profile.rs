@@ -70,7 +70,11 @@ fn timed<R>(timer: &TwinHistogram, f: impl FnOnce() -> R) -> R {
 
 impl Profile {
     /// Runs the profile on `candidates`.
-    pub fn run(&self, cx: &SchedulingContext<'_>, mut candidates: Vec<Candidate>) -> Result<ProfileResult, ProfileFailure> {
+    pub fn run(
+        &self,
+        cx: &SchedulingContext<'_>,
+        mut candidates: Vec<Candidate>,
+    ) -> Result<ProfileResult, ProfileFailure> {
         for f in &self.filters {
             candidates = timed(&f.timer, || f.plugin.filter(cx, candidates));
             if candidates.is_empty() {
@@ -85,11 +89,8 @@ impl Profile {
                 *total += s.weight * clamped;
             }
         }
-        let scored = candidates
-            .into_iter()
-            .zip(totals)
-            .map(|(candidate, score)| ScoredCandidate { candidate, score })
-            .collect();
+        let scored =
+            candidates.into_iter().zip(totals).map(|(candidate, score)| ScoredCandidate { candidate, score }).collect();
         let targets = timed(&self.picker.timer, || self.picker.plugin.pick(cx, scored));
         if targets.is_empty() {
             return Err(ProfileFailure::NothingPicked);

@@ -6,12 +6,12 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::ScheduleError;
 use super::context::SchedulingContext;
 use super::data::RequestData;
 use super::metrics::SchedulerMetrics;
 use super::profile::{Profile, ProfileFailure, Slot};
 use super::result::{HeaderEdits, ProfileResults, SchedulingResult};
-use super::ScheduleError;
 use crate::endpoints::model::Candidate;
 use crate::plugins::{DataProducer, PluginName, PreRequest, ProfileHandler, ResponseHook, SaturationDetector};
 use crate::request::InferenceRequest;
@@ -106,11 +106,16 @@ impl Scheduler {
         outcome
     }
 
-    fn schedule_inner(&self, request: &InferenceRequest, candidates: Vec<Candidate>) -> Result<Decision, ScheduleError> {
+    fn schedule_inner(
+        &self,
+        request: &InferenceRequest,
+        candidates: Vec<Candidate>,
+    ) -> Result<Decision, ScheduleError> {
         if candidates.is_empty() {
             return Err(ScheduleError::NoCandidates);
         }
-        let priority = request.headers.objective().and_then(|o| self.objectives.get(o)).copied().unwrap_or(request.priority);
+        let priority =
+            request.headers.objective().and_then(|o| self.objectives.get(o)).copied().unwrap_or(request.priority);
         if priority < 0 {
             if let Some(detector) = &self.saturation {
                 if detector.saturation(&candidates, tokio::time::Instant::now()) >= 1.0 {

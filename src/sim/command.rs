@@ -5,7 +5,10 @@ use std::io::Write as _;
 
 use serde::Serialize;
 
-use super::{FleetConfig, PodConfig, Policy, PolicyReport, Scenario, StepModel, WorkloadKind, WorkloadSpec, kv_blocks_for, report, run_policies};
+use super::{
+    FleetConfig, PodConfig, Policy, PolicyReport, Scenario, StepModel, WorkloadKind, WorkloadSpec, kv_blocks_for,
+    report, run_policies,
+};
 use crate::cli::SimArgs;
 
 /// The scenario the flags describe.
@@ -33,7 +36,15 @@ pub fn scenario(args: &SimArgs) -> Scenario {
         max_batched_tokens: args.max_batched_tokens.max(1),
         model: StepModel { scale: args.step_scale.max(1e-6) },
     };
-    Scenario { workload, fleet: FleetConfig { pods, pod, event_delay: args.event_delay_ms.max(0.0) / 1e3, scrape_interval: args.scrape_interval_ms.max(1.0) / 1e3 } }
+    Scenario {
+        workload,
+        fleet: FleetConfig {
+            pods,
+            pod,
+            event_delay: args.event_delay_ms.max(0.0) / 1e3,
+            scrape_interval: args.scrape_interval_ms.max(1.0) / 1e3,
+        },
+    }
 }
 
 #[derive(Serialize)]
@@ -113,14 +124,27 @@ pub fn demo(seed: u64) -> anyhow::Result<()> {
         let mut rows = run_policies(&scenario, &[policy], &mut |p, progress| {
             if progress.routed * 20 / total.max(1) != last {
                 last = progress.routed * 20 / total.max(1);
-                let _ = write!(stderr, "\r{:<12} routed {:>4}/{total}  finished {:>4}  t={:>7.2}s", p.name(), progress.routed, progress.finished, progress.now);
+                let _ = write!(
+                    stderr,
+                    "\r{:<12} routed {:>4}/{total}  finished {:>4}  t={:>7.2}s",
+                    p.name(),
+                    progress.routed,
+                    progress.finished,
+                    progress.now
+                );
                 let _ = stderr.flush();
             }
         })?;
         let _ = writeln!(stderr);
         if let Some(r) = rows.pop() {
             println!("{}", report::per_pod_line(&r));
-            println!("{:<12} hit {:.1}%  ttft p50 {:.3}s  p90 {:.3}s\n", "", r.hit_rate * 100.0, r.ttft_p50_s, r.ttft_p90_s);
+            println!(
+                "{:<12} hit {:.1}%  ttft p50 {:.3}s  p90 {:.3}s\n",
+                "",
+                r.hit_rate * 100.0,
+                r.ttft_p50_s,
+                r.ttft_p90_s
+            );
             reports.push(r);
         }
     }

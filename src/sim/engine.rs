@@ -125,7 +125,12 @@ impl Loop {
 
 /// Runs `policy` over `requests` on a fresh fleet. `progress` is called after every routed
 /// request.
-pub fn run(policy: Policy, fleet: &FleetConfig, requests: &[SimRequest], progress: &mut dyn FnMut(Progress)) -> Result<RunResult, RouteError> {
+pub fn run(
+    policy: Policy,
+    fleet: &FleetConfig,
+    requests: &[SimRequest],
+    progress: &mut dyn FnMut(Progress),
+) -> Result<RunResult, RouteError> {
     let store = EndpointStore::new();
     // `pod-{i}`, the names `router::pod_name` gives.
     store.replace(crate::bench::synthetic::endpoints(fleet.pods));
@@ -134,7 +139,12 @@ pub fn run(policy: Policy, fleet: &FleetConfig, requests: &[SimRequest], progres
     let mut stepping = vec![false; fleet.pods];
     let mut records: Vec<RequestRecord> = requests
         .iter()
-        .map(|r| RequestRecord { arrival: r.arrival, prompt_tokens: r.prompt.len(), output_tokens: r.output_len, ..Default::default() })
+        .map(|r| RequestRecord {
+            arrival: r.arrival,
+            prompt_tokens: r.prompt.len(),
+            output_tokens: r.output_len,
+            ..Default::default()
+        })
         .collect();
     let mut decision_seconds = Vec::with_capacity(requests.len());
     let mut ev = Loop { heap: BinaryHeap::new(), seq: 0 };
@@ -183,7 +193,10 @@ pub fn run(policy: Policy, fleet: &FleetConfig, requests: &[SimRequest], progres
             Event::Deliver(p, b) => {
                 if let Some(index) = router.kv_index() {
                     let stats = index.apply(&pod_name(p), MODEL, &b);
-                    let applied: u32 = [EventKind::Stored, EventKind::Removed, EventKind::Cleared].into_iter().map(|k| stats.count(k, EventOutcome::Applied)).sum();
+                    let applied: u32 = [EventKind::Stored, EventKind::Removed, EventKind::Cleared]
+                        .into_iter()
+                        .map(|k| stats.count(k, EventOutcome::Applied))
+                        .sum();
                     events_rejected += (b.events.len() as u64).saturating_sub(applied as u64);
                 }
             }
@@ -218,6 +231,10 @@ fn publish_load(store: &EndpointStore, pods: &[Pod], fleet: &FleetConfig) {
             cache_num_blocks: Some(fleet.pod.kv_blocks as u64),
             ..Default::default()
         };
-        entry.metrics.store(Arc::new(MetricsState { metrics, updated_at: Some(tokio::time::Instant::now()), last_scrape_failed: false }));
+        entry.metrics.store(Arc::new(MetricsState {
+            metrics,
+            updated_at: Some(tokio::time::Instant::now()),
+            last_scrape_failed: false,
+        }));
     }
 }

@@ -196,14 +196,20 @@ mod tests {
         // The tail of `a` was freed first, so it went first; its head survives.
         assert_eq!(pool.cached_prefix(&a), 1);
         let events = pool.take_events();
-        let stored: usize = events.iter().map(|e| match e {
-            KvEvent::BlockStored(s) => s.block_hashes.len(),
-            _ => 0,
-        }).sum();
-        let removed: Vec<u64> = events.iter().flat_map(|e| match e {
-            KvEvent::BlockRemoved(r) => r.block_hashes.clone(),
-            _ => Vec::new(),
-        }).collect();
+        let stored: usize = events
+            .iter()
+            .map(|e| match e {
+                KvEvent::BlockStored(s) => s.block_hashes.len(),
+                _ => 0,
+            })
+            .sum();
+        let removed: Vec<u64> = events
+            .iter()
+            .flat_map(|e| match e {
+                KvEvent::BlockRemoved(r) => r.block_hashes.clone(),
+                _ => Vec::new(),
+            })
+            .collect();
         assert_eq!(stored, 4);
         assert_eq!(removed, vec![a[1]]);
     }

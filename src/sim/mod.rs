@@ -58,7 +58,11 @@ pub fn kv_blocks_for(workload: &WorkloadSpec, pods: usize, block_size: usize, fr
 /// Runs every policy in `policies` on the same stream; `progress` sees each run's progress.
 /// Picker tie-breaks draw from an RNG seeded from the workload seed, so equal inputs give
 /// equal reports (apart from the measured decision wall time).
-pub fn run_policies(scenario: &Scenario, policies: &[Policy], progress: &mut dyn FnMut(Policy, Progress)) -> Result<Vec<PolicyReport>, RouteError> {
+pub fn run_policies(
+    scenario: &Scenario,
+    policies: &[Policy],
+    progress: &mut dyn FnMut(Policy, Progress),
+) -> Result<Vec<PolicyReport>, RouteError> {
     let requests = workload::generate(&scenario.workload);
     let mut reports = Vec::with_capacity(policies.len());
     for policy in policies {

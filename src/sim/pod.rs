@@ -91,7 +91,13 @@ pub struct Pod {
 impl Pod {
     /// An idle pod with an empty cache.
     pub fn new(config: PodConfig) -> Self {
-        Self { config, pool: BlockPool::new(config.block_size, config.kv_blocks), waiting: VecDeque::new(), running: Vec::new(), reserved: 0 }
+        Self {
+            config,
+            pool: BlockPool::new(config.block_size, config.kv_blocks),
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            reserved: 0,
+        }
     }
 
     /// Queues a request.
@@ -106,7 +112,11 @@ impl Pod {
 
     /// Current load.
     pub fn load(&self) -> PodLoad {
-        PodLoad { waiting: self.waiting.len(), running: self.running.len(), kv_usage: self.pool.in_use() as f64 / self.pool.capacity().max(1) as f64 }
+        PodLoad {
+            waiting: self.waiting.len(),
+            running: self.running.len(),
+            kv_usage: self.pool.in_use() as f64 / self.pool.capacity().max(1) as f64,
+        }
     }
 
     /// Prompt tokens of `prompt` cached on this pod right now (the oracle's view).
@@ -195,7 +205,15 @@ impl Pod {
             self.reserved += to_reserve;
             out.admitted.push((req.id, cached * bs));
             let chain = hashes[..cached].to_vec();
-            self.running.push(Active { computed: cached * bs, req, prompt_hashes: hashes, chain, held, generated: 0, reserved: to_reserve });
+            self.running.push(Active {
+                computed: cached * bs,
+                req,
+                prompt_hashes: hashes,
+                chain,
+                held,
+                generated: 0,
+                reserved: to_reserve,
+            });
         }
     }
 }
@@ -227,7 +245,13 @@ mod tests {
     use super::*;
 
     fn pod() -> Pod {
-        Pod::new(PodConfig { block_size: 4, kv_blocks: 64, max_num_seqs: 8, max_batched_tokens: 16, model: StepModel::default() })
+        Pod::new(PodConfig {
+            block_size: 4,
+            kv_blocks: 64,
+            max_num_seqs: 8,
+            max_batched_tokens: 16,
+            model: StepModel::default(),
+        })
     }
 
     fn req(id: usize, prompt: Vec<u32>) -> SimRequest {

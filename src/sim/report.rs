@@ -66,7 +66,11 @@ pub fn summarize(run: &RunResult, pods: usize) -> PolicyReport {
         output_tok_per_s: if end > start { output as f64 / (end - start) } else { 0.0 },
         imbalance: if mean > 0.0 { max / mean } else { 0.0 },
         regret: None,
-        decision_us: if run.decision_seconds.is_empty() { 0.0 } else { run.decision_seconds.iter().sum::<f64>() / run.decision_seconds.len() as f64 * 1e6 },
+        decision_us: if run.decision_seconds.is_empty() {
+            0.0
+        } else {
+            run.decision_seconds.iter().sum::<f64>() / run.decision_seconds.len() as f64 * 1e6
+        },
         per_pod,
         evictions: run.evictions,
         events_rejected: run.events_rejected,

@@ -44,7 +44,8 @@ pub enum Policy {
 
 impl Policy {
     /// Every policy, in report order.
-    pub const ALL: [Policy; 6] = [Policy::Random, Policy::RoundRobin, Policy::Load, Policy::Approximate, Policy::Precise, Policy::Oracle];
+    pub const ALL: [Policy; 6] =
+        [Policy::Random, Policy::RoundRobin, Policy::Load, Policy::Approximate, Policy::Precise, Policy::Oracle];
 
     /// Report name.
     pub fn name(self) -> &'static str {
@@ -62,7 +63,9 @@ impl Policy {
     fn config_text(self, block_size: usize) -> Option<String> {
         let head = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\n";
         match self {
-            Policy::Random => Some(format!("{head}plugins:\n- type: random-picker\nschedulingProfiles:\n- name: default\n  plugins:\n  - pluginRef: random-picker\n")),
+            Policy::Random => Some(format!(
+                "{head}plugins:\n- type: random-picker\nschedulingProfiles:\n- name: default\n  plugins:\n  - pluginRef: random-picker\n"
+            )),
             Policy::Load => Some(format!(
                 "{head}plugins:\n- type: queue-scorer\n- type: kv-cache-utilization-scorer\nschedulingProfiles:\n- name: default\n  plugins:\n  - {{pluginRef: queue-scorer, weight: 1}}\n  - {{pluginRef: kv-cache-utilization-scorer, weight: 1}}\n"
             )),
@@ -122,7 +125,8 @@ impl Router {
         if policy.uses_scheduler() {
             let cx = BuildContext { endpoints: store.clone(), ..Default::default() };
             let text = policy.config_text(block_size);
-            let l = load_config(text.as_deref(), &cx, SchedulerMetrics::detached()).map_err(|source| RouteError::Config { policy: policy.name(), source })?;
+            let l = load_config(text.as_deref(), &cx, SchedulerMetrics::detached())
+                .map_err(|source| RouteError::Config { policy: policy.name(), source })?;
             index = l.plugins.iter().filter_map(|p| p.producer.as_ref()).find_map(|p| p.kv_index());
             loaded = Some(l);
         }
@@ -142,8 +146,16 @@ impl Router {
         let start = Instant::now();
         let chosen = match (&self.loaded, request) {
             (Some(loaded), Some(request)) => {
-                let decision = loaded.scheduler.schedule(&request, self.store.candidates()).map_err(|source| RouteError::Schedule { request: req.id, source })?;
-                let target = decision.result.primary().and_then(|p| p.targets.first()).map(|c| c.endpoint.id.to_string()).unwrap_or_default();
+                let decision = loaded
+                    .scheduler
+                    .schedule(&request, self.store.candidates())
+                    .map_err(|source| RouteError::Schedule { request: req.id, source })?;
+                let target = decision
+                    .result
+                    .primary()
+                    .and_then(|p| p.targets.first())
+                    .map(|c| c.endpoint.id.to_string())
+                    .unwrap_or_default();
                 pod_index(&target).filter(|i| *i < pods.len()).ok_or(RouteError::UnknownEndpoint(target))?
             }
             _ if self.policy == Policy::Oracle => oracle(req, pods),
@@ -208,7 +220,17 @@ mod tests {
     use crate::sim::timing::StepModel;
 
     fn pods(n: usize) -> Vec<Pod> {
-        (0..n).map(|_| Pod::new(PodConfig { block_size: 4, kv_blocks: 64, max_num_seqs: 8, max_batched_tokens: 64, model: StepModel::default() })).collect()
+        (0..n)
+            .map(|_| {
+                Pod::new(PodConfig {
+                    block_size: 4,
+                    kv_blocks: 64,
+                    max_num_seqs: 8,
+                    max_batched_tokens: 64,
+                    model: StepModel::default(),
+                })
+            })
+            .collect()
     }
 
     fn req(id: usize, prompt: Vec<u32>) -> SimRequest {
@@ -226,7 +248,11 @@ mod tests {
         store.replace(crate::bench::synthetic::endpoints(3));
         let mut oracle = Router::new(Policy::Oracle, store.clone(), 4).expect("builds");
         assert_eq!(oracle.route(&req(1, (0..16).collect()), &fleet).expect("routes").0, 2);
-        assert_eq!(oracle.route(&req(2, (50..66).collect()), &fleet).expect("routes").0, 0, "no cache anywhere: least loaded, lowest index");
+        assert_eq!(
+            oracle.route(&req(2, (50..66).collect()), &fleet).expect("routes").0,
+            0,
+            "no cache anywhere: least loaded, lowest index"
+        );
         let mut rr = Router::new(Policy::RoundRobin, store, 4).expect("builds");
         let picks: Vec<usize> = (0..4).map(|i| rr.route(&req(i, vec![1]), &fleet).expect("routes").0).collect();
         assert_eq!(picks, vec![0, 1, 2, 0]);

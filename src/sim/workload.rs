@@ -69,7 +69,9 @@ pub struct SimRequest {
 
 /// A pseudo-random token id in `100..32100` for a coordinate (splitmix64 finaliser).
 pub fn token(a: u64, b: u64, c: u64) -> u32 {
-    let mut z = a.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ b.wrapping_mul(0xBF58_476D_1CE4_E5B9) ^ c.wrapping_mul(0x94D0_49BB_1331_11EB);
+    let mut z = a.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        ^ b.wrapping_mul(0xBF58_476D_1CE4_E5B9)
+        ^ c.wrapping_mul(0x94D0_49BB_1331_11EB);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^= z >> 31;
@@ -146,7 +148,19 @@ mod tests {
     use super::*;
 
     fn spec(kind: WorkloadKind) -> WorkloadSpec {
-        WorkloadSpec { kind, groups: 2, users: 3, system_tokens: 32, question_tokens: 8, output_tokens: 4, turns: 3, qps: 10.0, qps_end: None, requests: 20, seed: 1 }
+        WorkloadSpec {
+            kind,
+            groups: 2,
+            users: 3,
+            system_tokens: 32,
+            question_tokens: 8,
+            output_tokens: 4,
+            turns: 3,
+            qps: 10.0,
+            qps_end: None,
+            requests: 20,
+            seed: 1,
+        }
     }
 
     #[test]
@@ -164,7 +178,11 @@ mod tests {
     fn next_turn_extends_the_previous_prompt_and_answer() {
         let reqs = generate(&spec(WorkloadKind::MultiTurn));
         let longer = reqs.iter().find(|r| r.prompt.len() > 40).expect("a second turn");
-        let prev = reqs.iter().rev().find(|r| r.id < longer.id && longer.prompt.starts_with(&r.prompt)).expect("its first turn");
+        let prev = reqs
+            .iter()
+            .rev()
+            .find(|r| r.id < longer.id && longer.prompt.starts_with(&r.prompt))
+            .expect("its first turn");
         let answer: Vec<u32> = (0..4).map(|i| output_token(prev.id, i)).collect();
         assert_eq!(&longer.prompt[prev.prompt.len()..prev.prompt.len() + 4], &answer[..]);
     }

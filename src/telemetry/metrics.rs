@@ -33,11 +33,20 @@ impl RequestMetrics {
     /// Registers the families (and `inference_extension_info`).
     pub fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
         let labels = &["model_name", "target_model_name"];
-        let info = IntGaugeVec::new(Opts::new("inference_extension_info", "General information about the running EPP."), &["commit", "build_ref"])?;
+        let info = IntGaugeVec::new(
+            Opts::new("inference_extension_info", "General information about the running EPP."),
+            &["commit", "build_ref"],
+        )?;
         registry.register(Box::new(info.clone()))?;
         info.with_label_values(&[env!("CARGO_PKG_VERSION"), "epp"]).set(1);
         Ok(Self {
-            requests: TwinCounterVec::register(registry, "inference_objective_request_total", "llm_d_epp_request_total", "Requests scheduled.", labels)?,
+            requests: TwinCounterVec::register(
+                registry,
+                "inference_objective_request_total",
+                "llm_d_epp_request_total",
+                "Requests scheduled.",
+                labels,
+            )?,
             errors: TwinCounterVec::register(
                 registry,
                 "inference_objective_request_error_total",
@@ -53,11 +62,45 @@ impl RequestMetrics {
                 GENERAL_BUCKETS,
                 labels,
             )?,
-            request_sizes: TwinHistogramVec::register(registry, "inference_objective_request_sizes", "llm_d_epp_request_size_bytes", "Request body sizes in bytes.", &size_buckets(), labels)?,
-            input_tokens: TwinHistogramVec::register(registry, "inference_objective_input_tokens", "llm_d_epp_request_input_tokens", "Prompt tokens reported by the model server.", TOKEN_BUCKETS, labels)?,
-            output_tokens: TwinHistogramVec::register(registry, "inference_objective_output_tokens", "llm_d_epp_request_output_tokens", "Completion tokens reported by the model server.", OUTPUT_TOKEN_BUCKETS, labels)?,
-            cached_tokens: TwinHistogramVec::register(registry, "inference_objective_prompt_cached_tokens", "llm_d_epp_request_cached_tokens", "Prompt tokens served from the prefix cache.", TOKEN_BUCKETS, labels)?,
-            running: TwinGaugeVec::register(registry, "inference_objective_running_requests", "llm_d_epp_request_running", "Requests in flight.", &["model_name"])?,
+            request_sizes: TwinHistogramVec::register(
+                registry,
+                "inference_objective_request_sizes",
+                "llm_d_epp_request_size_bytes",
+                "Request body sizes in bytes.",
+                &size_buckets(),
+                labels,
+            )?,
+            input_tokens: TwinHistogramVec::register(
+                registry,
+                "inference_objective_input_tokens",
+                "llm_d_epp_request_input_tokens",
+                "Prompt tokens reported by the model server.",
+                TOKEN_BUCKETS,
+                labels,
+            )?,
+            output_tokens: TwinHistogramVec::register(
+                registry,
+                "inference_objective_output_tokens",
+                "llm_d_epp_request_output_tokens",
+                "Completion tokens reported by the model server.",
+                OUTPUT_TOKEN_BUCKETS,
+                labels,
+            )?,
+            cached_tokens: TwinHistogramVec::register(
+                registry,
+                "inference_objective_prompt_cached_tokens",
+                "llm_d_epp_request_cached_tokens",
+                "Prompt tokens served from the prefix cache.",
+                TOKEN_BUCKETS,
+                labels,
+            )?,
+            running: TwinGaugeVec::register(
+                registry,
+                "inference_objective_running_requests",
+                "llm_d_epp_request_running",
+                "Requests in flight.",
+                &["model_name"],
+            )?,
             models: Mutex::new(HashSet::new()),
         })
     }

@@ -23,7 +23,8 @@ pub fn level_for_verbosity(v: u8) -> &'static str {
 
 /// Installs the global subscriber. Safe to call once; later calls are ignored.
 pub fn init(format: LogFormat, verbosity: u8) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(format!("epp={0},warn", level_for_verbosity(verbosity))));
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new(format!("epp={0},warn", level_for_verbosity(verbosity))));
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Json => builder.json().flatten_event(true).try_init(),

@@ -1,7 +1,7 @@
 //! Metric families emitted under two names at once: the GIE name and its llm-d canonical
 //! twin (`llm_d_epp_*`), as llm-d dual-emits them, so dashboards written for either EPP work.
 
-use prometheus::core::{Collector, GenericCounter, AtomicU64};
+use prometheus::core::{AtomicU64, Collector, GenericCounter};
 use prometheus::{Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
 
 /// A labelled histogram family registered under two names.
@@ -34,7 +34,14 @@ fn register<C: Collector + Clone + 'static>(registry: &Registry, c: &C) -> Resul
 
 impl TwinHistogramVec {
     /// Registers `gie` and `llmd` with the same help, buckets and labels.
-    pub fn register(registry: &Registry, gie: &str, llmd: &str, help: &str, buckets: &[f64], labels: &[&str]) -> Result<Self, prometheus::Error> {
+    pub fn register(
+        registry: &Registry,
+        gie: &str,
+        llmd: &str,
+        help: &str,
+        buckets: &[f64],
+        labels: &[&str],
+    ) -> Result<Self, prometheus::Error> {
         let a = HistogramVec::new(HistogramOpts::new(gie, help).buckets(buckets.to_vec()), labels)?;
         let b = HistogramVec::new(HistogramOpts::new(llmd, help).buckets(buckets.to_vec()), labels)?;
         register(registry, &a)?;
@@ -58,7 +65,13 @@ impl TwinHistogram {
 
 impl TwinCounterVec {
     /// Registers `gie` and `llmd` with the same help and labels.
-    pub fn register(registry: &Registry, gie: &str, llmd: &str, help: &str, labels: &[&str]) -> Result<Self, prometheus::Error> {
+    pub fn register(
+        registry: &Registry,
+        gie: &str,
+        llmd: &str,
+        help: &str,
+        labels: &[&str],
+    ) -> Result<Self, prometheus::Error> {
         let a = IntCounterVec::new(Opts::new(gie, help), labels)?;
         let b = IntCounterVec::new(Opts::new(llmd, help), labels)?;
         register(registry, &a)?;
@@ -82,7 +95,13 @@ impl TwinCounter {
 
 impl TwinGaugeVec {
     /// Registers `gie` and `llmd` with the same help and labels.
-    pub fn register(registry: &Registry, gie: &str, llmd: &str, help: &str, labels: &[&str]) -> Result<Self, prometheus::Error> {
+    pub fn register(
+        registry: &Registry,
+        gie: &str,
+        llmd: &str,
+        help: &str,
+        labels: &[&str],
+    ) -> Result<Self, prometheus::Error> {
         let a = GaugeVec::new(Opts::new(gie, help), labels)?;
         let b = GaugeVec::new(Opts::new(llmd, help), labels)?;
         register(registry, &a)?;
@@ -131,7 +150,8 @@ pub const TOKEN_BUCKETS: &[f64] = &[
 ];
 
 /// Output-token buckets of GIE.
-pub const OUTPUT_TOKEN_BUCKETS: &[f64] = &[1.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0];
+pub const OUTPUT_TOKEN_BUCKETS: &[f64] =
+    &[1.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0];
 
 /// Hit-ratio buckets 0.0 ... 1.0 step 0.1.
 pub const RATIO_BUCKETS: &[f64] = &[0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0];

@@ -36,7 +36,8 @@ use super::template::{ChatTemplates, SpecialTokens, TemplateError};
 use crate::request::chat_view::{ChatView, parse_chat_view};
 
 /// Special-token names transformers passes to chat templates.
-const SPECIAL_NAMES: [&str; 7] = ["bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token"];
+const SPECIAL_NAMES: [&str; 7] =
+    ["bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token"];
 
 /// Why a model directory could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -170,15 +171,16 @@ impl LocalModel {
         if !tok_path.is_file() {
             return Err(LoadError::NotFound { path: tok_path });
         }
-        let mut tokenizer = HfTokenizer::from_file(&tok_path).map_err(|source| LoadError::Tokenizer { path: tok_path.clone(), source })?;
+        let mut tokenizer = HfTokenizer::from_file(&tok_path)
+            .map_err(|source| LoadError::Tokenizer { path: tok_path.clone(), source })?;
         // vLLM never truncates or pads a prompt it renders.
         tokenizer.with_padding(None);
-        tokenizer
-            .with_truncation(None)
-            .map_err(|source| LoadError::Tokenizer { path: tok_path.clone(), source })?;
+        tokenizer.with_truncation(None).map_err(|source| LoadError::Tokenizer { path: tok_path.clone(), source })?;
         let cfg_path = dir.join("tokenizer_config.json");
         let config: TokenizerConfig = match std::fs::read(&cfg_path) {
-            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|source| LoadError::Config { path: cfg_path.clone(), source })?,
+            Ok(bytes) => {
+                serde_json::from_slice(&bytes).map_err(|source| LoadError::Config { path: cfg_path.clone(), source })?
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => TokenizerConfig::default(),
             Err(source) => return Err(LoadError::Io { path: cfg_path, source }),
         };
@@ -292,8 +294,16 @@ impl LocalModel {
 
     /// Ids of `text` continued from `cut` of a cached prompt, or `None` when the cut is not
     /// safe for this text.
-    fn continue_from(&self, text: &str, cached: &[u32], cached_cuts: &[Cut], cut: Cut) -> Result<Option<(Vec<u32>, Vec<Cut>)>, EncodeError> {
-        let (Some(anchor), Some(suffix)) = (self.anchors.get(&cut.anchor), text.get(cut.byte_end..)) else { return Ok(None) };
+    fn continue_from(
+        &self,
+        text: &str,
+        cached: &[u32],
+        cached_cuts: &[Cut],
+        cut: Cut,
+    ) -> Result<Option<(Vec<u32>, Vec<Cut>)>, EncodeError> {
+        let (Some(anchor), Some(suffix)) = (self.anchors.get(&cut.anchor), text.get(cut.byte_end..)) else {
+            return Ok(None);
+        };
         if !self.is_safe_cut(text, cut.byte_end) {
             return Ok(None);
         }
@@ -317,14 +327,25 @@ impl LocalModel {
 
     /// Cuts after anchor tokens of an encoding of `text`; offsets shifted by `byte_shift`,
     /// id counts by `id_shift`.
-    fn cuts_of(&self, text: &str, ids: &[u32], offsets: &[(usize, usize)], byte_shift: usize, id_shift: usize) -> Vec<Cut> {
+    fn cuts_of(
+        &self,
+        text: &str,
+        ids: &[u32],
+        offsets: &[(usize, usize)],
+        byte_shift: usize,
+        id_shift: usize,
+    ) -> Vec<Cut> {
         ids.iter()
             .zip(offsets)
             .enumerate()
             .filter_map(|(i, (&id, &(start, end)))| {
                 let anchor = self.anchors.get(&id)?;
                 // The id must come from the added-token split, not from the model (e.g. unk).
-                (text.get(start..end) == Some(anchor.as_str())).then_some(Cut { byte_end: end + byte_shift, n_ids: i + 1 + id_shift, anchor: id })
+                (text.get(start..end) == Some(anchor.as_str())).then_some(Cut {
+                    byte_end: end + byte_shift,
+                    n_ids: i + 1 + id_shift,
+                    anchor: id,
+                })
             })
             .collect()
     }
@@ -357,7 +378,11 @@ impl LocalBackend {
     /// Loads every `(model name, directory)`. `fallback` names one of them.
     ///
     /// Errors: the first model that fails, with its name.
-    pub fn load(models: &BTreeMap<String, PathBuf>, fallback: Option<&str>, bounds: CacheBounds) -> Result<Self, (String, LoadError)> {
+    pub fn load(
+        models: &BTreeMap<String, PathBuf>,
+        fallback: Option<&str>,
+        bounds: CacheBounds,
+    ) -> Result<Self, (String, LoadError)> {
         let mut loaded = HashMap::new();
         for (name, dir) in models {
             let model = LocalModel::load(dir, bounds).map_err(|e| (name.clone(), e))?;

@@ -68,16 +68,24 @@ impl TokenizeMetrics {
     /// Registers the families.
     pub fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
         let requests = IntCounterVec::new(
-            Opts::new("llm_d_epp_tokenize_total", "Tokenize steps by backend and outcome; every outcome but ok and passthrough routes the request without tokens."),
+            Opts::new(
+                "llm_d_epp_tokenize_total",
+                "Tokenize steps by backend and outcome; every outcome but ok and passthrough routes the request without tokens.",
+            ),
             &["backend", "outcome"],
         )?;
         let duration = HistogramVec::new(
             HistogramOpts::new("llm_d_epp_tokenize_duration_seconds", "Time to produce token ids, queueing included.")
-                .buckets(vec![0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0]),
+                .buckets(vec![
+                    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                ]),
             &["backend"],
         )?;
         let prefix_cache = IntCounterVec::new(
-            Opts::new("llm_d_epp_tokenize_prefix_cache_total", "In-process chat encodings that continued from a cached prefix (hit) or encoded in full (miss)."),
+            Opts::new(
+                "llm_d_epp_tokenize_prefix_cache_total",
+                "In-process chat encodings that continued from a cached prefix (hit) or encoded in full (miss).",
+            ),
             &["result"],
         )?;
         registry.register(Box::new(requests.clone()))?;

@@ -142,11 +142,9 @@ impl Tokenizer {
     async fn run(&self, model: &str, body: &ParsedBody, raw: Bytes) -> Result<Arc<[u32]>, Miss> {
         match &self.backend {
             Backend::Vllm(client) => match body.api {
-                ApiKind::Completions | ApiKind::ChatCompletions => client
-                    .render(body.api, &raw)
-                    .await
-                    .map(Into::into)
-                    .map_err(|e| Miss::Failed(e.into())),
+                ApiKind::Completions | ApiKind::ChatCompletions => {
+                    client.render(body.api, &raw).await.map(Into::into).map_err(|e| Miss::Failed(e.into()))
+                }
                 _ => Err(Miss::Unsupported),
             },
             Backend::Local { models, pool } => {

@@ -198,7 +198,8 @@ fn message_value(m: &ViewMessage, format: ContentFormat) -> Result<Value, Templa
         (ContentFormat::String, ViewContent::Text(t)) => Value::from(t.as_str()),
         (ContentFormat::String, ViewContent::None) => Value::from(""),
         (ContentFormat::String, ViewContent::Parts(parts)) => {
-            let texts: Vec<&str> = parts.iter().filter(|p| is_text_kind(&p.kind)).filter_map(|p| p.text.as_deref()).collect();
+            let texts: Vec<&str> =
+                parts.iter().filter(|p| is_text_kind(&p.kind)).filter_map(|p| p.text.as_deref()).collect();
             Value::from(texts.join("\n"))
         }
         (ContentFormat::OpenAi, ViewContent::Text(t)) => Value::from(vec![text_part(t)]),
@@ -302,12 +303,20 @@ fn tojson(value: &Value, kwargs: Kwargs) -> Result<String, minijinja::Error> {
         },
         None => None,
     };
-    let (item_sep, key_sep) = match separators.as_ref().and_then(|s| Some((s.get_item_by_index(0).ok()?, s.get_item_by_index(1).ok()?))) {
-        Some((a, b)) => (a.as_str().unwrap_or(",").to_string(), b.as_str().unwrap_or(":").to_string()),
-        None if indent.is_some() => (",".to_string(), ": ".to_string()),
-        None => (", ".to_string(), ": ".to_string()),
+    let (item_sep, key_sep) =
+        match separators.as_ref().and_then(|s| Some((s.get_item_by_index(0).ok()?, s.get_item_by_index(1).ok()?))) {
+            Some((a, b)) => (a.as_str().unwrap_or(",").to_string(), b.as_str().unwrap_or(":").to_string()),
+            None if indent.is_some() => (",".to_string(), ": ".to_string()),
+            None => (", ".to_string(), ": ".to_string()),
+        };
+    let mut w = PyJson {
+        out: String::new(),
+        indent,
+        item_sep,
+        key_sep,
+        sort_keys: sort_keys.unwrap_or(false),
+        ensure_ascii: ensure_ascii.unwrap_or(false),
     };
-    let mut w = PyJson { out: String::new(), indent, item_sep, key_sep, sort_keys: sort_keys.unwrap_or(false), ensure_ascii: ensure_ascii.unwrap_or(false) };
     w.value(value, 0)?;
     Ok(w.out)
 }
@@ -453,14 +462,20 @@ mod tests {
         let v: Value = serde_json::from_str(r#"{"z":1,"a":[1.0,"<&>",null,true],"e":{}}"#).expect("json");
         let render = |src: &str| env.render_str(src, minijinja::context! { v => v.clone() }).expect("renders");
         assert_eq!(render("{{ v | tojson }}"), r#"{"z": 1, "a": [1.0, "<&>", null, true], "e": {}}"#);
-        assert_eq!(render("{{ v | tojson(indent=1) }}"), "{\n \"z\": 1,\n \"a\": [\n  1.0,\n  \"<&>\",\n  null,\n  true\n ],\n \"e\": {}\n}");
+        assert_eq!(
+            render("{{ v | tojson(indent=1) }}"),
+            "{\n \"z\": 1,\n \"a\": [\n  1.0,\n  \"<&>\",\n  null,\n  true\n ],\n \"e\": {}\n}"
+        );
         assert_eq!(render("{{ v | tojson(sort_keys=true) }}"), r#"{"a": [1.0, "<&>", null, true], "e": {}, "z": 1}"#);
     }
 
     #[test]
     fn content_format_detection() {
         assert_eq!(detect_content_format("{% for m in messages %}{{ m.content }}{% endfor %}"), ContentFormat::String);
-        assert_eq!(detect_content_format("{% for m in messages %}{% for p in m.content %}{{p.text}}{% endfor %}{% endfor %}"), ContentFormat::OpenAi);
+        assert_eq!(
+            detect_content_format("{% for m in messages %}{% for p in m.content %}{{p.text}}{% endfor %}{% endfor %}"),
+            ContentFormat::OpenAi
+        );
         assert_eq!(detect_content_format("{%- for part in message['content'] -%}"), ContentFormat::OpenAi);
         assert_eq!(detect_content_format("{% for x in message.content.split() %}"), ContentFormat::String);
     }

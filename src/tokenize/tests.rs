@@ -117,8 +117,22 @@ fn reference_ids(family: &str, text: &str) -> Vec<u32> {
 }
 
 const PIECES: [&str; 16] = [
-    "<|eot_id|>", "<|start_header_id|>", "<|end_header_id|>", "user", " ", "\n\n", "hello", "日本", "🙂", "[INST]",
-    "[/INST]", "<s>", "  ", "'s", "12345", "</s>",
+    "<|eot_id|>",
+    "<|start_header_id|>",
+    "<|end_header_id|>",
+    "user",
+    " ",
+    "\n\n",
+    "hello",
+    "日本",
+    "🙂",
+    "[INST]",
+    "[/INST]",
+    "<s>",
+    "  ",
+    "'s",
+    "12345",
+    "</s>",
 ];
 
 proptest::proptest! {
@@ -169,7 +183,8 @@ fn parsed(api: ApiKind, body: &str) -> (crate::request::openai::ParsedBody, Byte
 #[tokio::test]
 async fn local_backend_tokenizes_passes_ids_through_and_counts_misses() {
     let t = local_tokenizer(2, Duration::from_secs(5));
-    let (body, raw) = parsed(ApiKind::ChatCompletions, r#"{"model":"m","messages":[{"role":"user","content":"Hello there!"}]}"#);
+    let (body, raw) =
+        parsed(ApiKind::ChatCompletions, r#"{"model":"m","messages":[{"role":"user","content":"Hello there!"}]}"#);
     let ids = t.tokenize("m", &body, raw).await.expect("tokens");
     let (_, cases) = load("llama3");
     let expected = cases.iter().find(|c| c.name == "chat_single_user").and_then(|c| c.ids.clone());
@@ -217,7 +232,9 @@ async fn fake_render_server(hang: bool) -> SocketAddr {
                     let json: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
                     let answer = match (path.as_str(), json["model"].as_str()) {
                         (_, m) if m != Some("served-model") => (400, "{}".to_string()),
-                        ("/v1/completions/render", _) => (200, r#"[{"token_ids":[1,2]},{"token_ids":[3]}]"#.to_string()),
+                        ("/v1/completions/render", _) => {
+                            (200, r#"[{"token_ids":[1,2]},{"token_ids":[3]}]"#.to_string())
+                        }
                         ("/v1/chat/completions/render", _) => {
                             let n = json["messages"].as_array().map_or(0, Vec::len);
                             (200, format!(r#"{{"token_ids":[7,8,{n}],"features":null}}"#))
@@ -237,7 +254,11 @@ async fn fake_render_server(hang: bool) -> SocketAddr {
 
 fn vllm_tokenizer(addr: SocketAddr, model: &str, timeout: Duration) -> Tokenizer {
     let client = RenderClient::new(&format!("http://{addr}"), model, timeout);
-    Tokenizer::new(Backend::Vllm(client), Deadlines { text: timeout, multimodal: timeout * 2 }, TokenizeMetrics::default())
+    Tokenizer::new(
+        Backend::Vllm(client),
+        Deadlines { text: timeout, multimodal: timeout * 2 },
+        TokenizeMetrics::default(),
+    )
 }
 
 #[tokio::test]
@@ -246,7 +267,10 @@ async fn vllm_backend_uses_the_render_endpoints() {
     let t = vllm_tokenizer(addr, "served-model", Duration::from_secs(10));
     let (body, raw) = parsed(ApiKind::Completions, r#"{"model":"client-name","prompt":["a","b"]}"#);
     assert_eq!(t.tokenize("client-name", &body, raw).await.as_deref(), Some(&[1, 2, 3][..]));
-    let (body, raw) = parsed(ApiKind::ChatCompletions, r#"{"model":"x","messages":[{"role":"user","content":"a"},{"role":"user","content":"b"}]}"#);
+    let (body, raw) = parsed(
+        ApiKind::ChatCompletions,
+        r#"{"model":"x","messages":[{"role":"user","content":"a"},{"role":"user","content":"b"}]}"#,
+    );
     assert_eq!(t.tokenize("x", &body, raw).await.as_deref(), Some(&[7, 8, 2][..]));
     let (body, raw) = parsed(ApiKind::Embeddings, r#"{"model":"x","input":"a"}"#);
     assert!(t.tokenize("x", &body, raw).await.is_none());

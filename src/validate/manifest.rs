@@ -18,7 +18,11 @@ pub fn check(doc: &Value) -> Vec<Finding> {
     let mut out = Vec::new();
     let api = doc.get("apiVersion").and_then(Value::as_str).unwrap_or("");
     if !KSERVE_API_VERSIONS.contains(&api) {
-        out.push(Finding::warning("apiVersion", format!("apiVersion {api:?} is not one this validator knows"), format!("use one of {KSERVE_API_VERSIONS:?}")));
+        out.push(Finding::warning(
+            "apiVersion",
+            format!("apiVersion {api:?} is not one this validator knows"),
+            format!("use one of {KSERVE_API_VERSIONS:?}"),
+        ));
     }
     let inline = at(doc, &["spec", "router", "scheduler", "config", "inline"]);
     if let Some(config) = inline {
@@ -55,13 +59,21 @@ fn route(doc: &Value, out: &mut Vec<Finding>) {
     if has_hosts && refs.is_empty() {
         out.push(Finding::error(path, "the route sets hostnames but no rules[].backendRefs: the InferencePool is never attached to the Gateway (InferencePoolReady stays WaitingForGateway)", format!("add a rule with backendRefs [{{group: inference.networking.k8s.io, kind: InferencePool, name: {pool}}}]")));
     } else if !refs.is_empty() && !refs.contains(&pool.as_str()) {
-        out.push(Finding::warning(path, format!("no backendRef names {pool:?} (found {refs:?})"), format!("point a backendRef at {pool}")));
+        out.push(Finding::warning(
+            path,
+            format!("no backendRef names {pool:?} (found {refs:?})"),
+            format!("point a backendRef at {pool}"),
+        ));
     }
 }
 
 fn worker(doc: &Value, out: &mut Vec<Finding>) {
     if at(doc, &["spec", "worker", "initContainers"]).and_then(Value::as_sequence).is_some_and(|s| !s.is_empty()) {
-        out.push(Finding::error("spec.worker.initContainers", "initContainers on the worker make worker pods fail, so the gang never forms and the leader stays Pending", "move the routing sidecar to spec.template.initContainers (the leader) only"));
+        out.push(Finding::error(
+            "spec.worker.initContainers",
+            "initContainers on the worker make worker pods fail, so the gang never forms and the leader stays Pending",
+            "move the routing sidecar to spec.template.initContainers (the leader) only",
+        ));
     }
 }
 
@@ -69,22 +81,42 @@ fn scaling(workload: Option<&Value>, base: &str, out: &mut Vec<Finding>) {
     let Some(w) = workload else { return };
     let Some(scaling) = w.get("scaling") else { return };
     if w.get("replicas").is_some() {
-        out.push(Finding::error(join(base, "replicas"), "replicas and scaling are mutually exclusive", format!("remove {base}.replicas (scaling.minReplicas sets the floor)")));
+        out.push(Finding::error(
+            join(base, "replicas"),
+            "replicas and scaling are mutually exclusive",
+            format!("remove {base}.replicas (scaling.minReplicas sets the floor)"),
+        ));
     }
     let path = join(base, "scaling");
     let Some(wva) = scaling.get("wva") else {
-        out.push(Finding::error(join(&path, "wva"), "scaling requires wva", "add scaling.wva with exactly one of keda or hpa"));
+        out.push(Finding::error(
+            join(&path, "wva"),
+            "scaling requires wva",
+            "add scaling.wva with exactly one of keda or hpa",
+        ));
         return;
     };
     match (wva.get("keda").is_some(), wva.get("hpa").is_some()) {
-        (true, true) => out.push(Finding::error(join(&path, "wva"), "wva sets both keda and hpa", "keep exactly one of keda or hpa")),
-        (false, false) => out.push(Finding::error(join(&path, "wva"), "wva sets neither keda nor hpa", "add exactly one of keda or hpa")),
+        (true, true) => out.push(Finding::error(
+            join(&path, "wva"),
+            "wva sets both keda and hpa",
+            "keep exactly one of keda or hpa",
+        )),
+        (false, false) => out.push(Finding::error(
+            join(&path, "wva"),
+            "wva sets neither keda nor hpa",
+            "add exactly one of keda or hpa",
+        )),
         _ => {}
     }
     let min = scaling.get("minReplicas").and_then(Value::as_i64).unwrap_or(1);
     if let Some(idle) = wva.get("keda").and_then(|k| k.get("idleReplicaCount")).and_then(Value::as_i64) {
         if idle >= min {
-            out.push(Finding::error(join(&path, "wva.keda.idleReplicaCount"), format!("idleReplicaCount ({idle}) must be below minReplicas ({min})"), "lower idleReplicaCount or raise minReplicas (both have a minimum of 1)"));
+            out.push(Finding::error(
+                join(&path, "wva.keda.idleReplicaCount"),
+                format!("idleReplicaCount ({idle}) must be below minReplicas ({min})"),
+                "lower idleReplicaCount or raise minReplicas (both have a minimum of 1)",
+            ));
         }
     }
 }
@@ -101,9 +133,17 @@ fn kv_roles(doc: &Value, pools: &[Workload], out: &mut Vec<Finding>) {
     }
     for w in pools {
         let Some(role) = kv_role(w) else { continue };
-        let (ok, want): (&[&str], &str) = if w.role == "prefill" { (&["kv_producer", "kv_both"], "kv_producer or kv_both") } else { (&["kv_consumer", "kv_both"], "kv_consumer or kv_both") };
+        let (ok, want): (&[&str], &str) = if w.role == "prefill" {
+            (&["kv_producer", "kv_both"], "kv_producer or kv_both")
+        } else {
+            (&["kv_consumer", "kv_both"], "kv_consumer or kv_both")
+        };
         if !ok.contains(&role.as_str()) {
-            out.push(Finding::error(format!("{}.containers.args", w.path), format!("{} pool has kv_role {role:?} in --kv-transfer-config", w.role), format!("use {want} for the {} pool", w.role)));
+            out.push(Finding::error(
+                format!("{}.containers.args", w.path),
+                format!("{} pool has kv_role {role:?} in --kv-transfer-config", w.role),
+                format!("use {want} for the {} pool", w.role),
+            ));
         }
     }
 }
@@ -124,12 +164,22 @@ fn plugins(config: &Value) -> Vec<(String, String, Value)> {
 }
 
 fn profile_names(config: &Value) -> Vec<String> {
-    config.get("schedulingProfiles").and_then(Value::as_sequence).into_iter().flatten().filter_map(|p| p.get("name").and_then(Value::as_str)).map(str::to_string).collect()
+    config
+        .get("schedulingProfiles")
+        .and_then(Value::as_sequence)
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p.get("name").and_then(Value::as_str))
+        .map(str::to_string)
+        .collect()
 }
 
 fn disagg_profiles(doc: &Value, config: &Value, out: &mut Vec<Finding>) {
     let profiles = profile_names(config);
-    let handler = plugins(config).into_iter().enumerate().find(|(_, (t, _, _))| t == "disagg-profile-handler" || t == "pd-profile-handler");
+    let handler = plugins(config)
+        .into_iter()
+        .enumerate()
+        .find(|(_, (t, _, _))| t == "disagg-profile-handler" || t == "pd-profile-handler");
     let has_prefill_pool = at(doc, &["spec", "prefill"]).is_some();
     let Some((i, (_, _, params))) = handler else {
         if has_prefill_pool {
@@ -138,12 +188,20 @@ fn disagg_profiles(doc: &Value, config: &Value, out: &mut Vec<Finding>) {
         return;
     };
     let name_of = |nested: &str, flat: &str, default: &str| {
-        at(&params, &["profiles", nested]).or_else(|| params.get(flat)).and_then(Value::as_str).unwrap_or(default).to_string()
+        at(&params, &["profiles", nested])
+            .or_else(|| params.get(flat))
+            .and_then(Value::as_str)
+            .unwrap_or(default)
+            .to_string()
     };
     let base = format!("{INLINE}.plugins[{i}].parameters");
     let decode = name_of("decode", "decodeProfile", "decode");
     if !profiles.contains(&decode) {
-        out.push(Finding::error(format!("{base}.profiles.decode"), format!("decode profile {decode:?} is not among schedulingProfiles {profiles:?}: every request fails"), "name the decode profile in profiles.decode or rename the profile"));
+        out.push(Finding::error(
+            format!("{base}.profiles.decode"),
+            format!("decode profile {decode:?} is not among schedulingProfiles {profiles:?}: every request fails"),
+            "name the decode profile in profiles.decode or rename the profile",
+        ));
     }
     let prefill = name_of("prefill", "prefillProfile", "prefill");
     if has_prefill_pool && !profiles.contains(&prefill) {
@@ -153,7 +211,8 @@ fn disagg_profiles(doc: &Value, config: &Value, out: &mut Vec<Finding>) {
 
 /// Roles the pools' pods carry: an explicit `llm-d.ai/role` label, else the pool's default.
 fn pool_roles(doc: &Value) -> Vec<String> {
-    let label = |keys: &[&str]| at(doc, keys).and_then(|l| l.get("llm-d.ai/role")).and_then(Value::as_str).map(str::to_string);
+    let label =
+        |keys: &[&str]| at(doc, keys).and_then(|l| l.get("llm-d.ai/role")).and_then(Value::as_str).map(str::to_string);
     let mut roles = vec![label(&["spec", "labels"]).unwrap_or_else(|| "decode".into())];
     if at(doc, &["spec", "prefill"]).is_some() {
         roles.push(label(&["spec", "prefill", "labels"]).unwrap_or_else(|| "prefill".into()));
@@ -162,7 +221,9 @@ fn pool_roles(doc: &Value) -> Vec<String> {
 }
 
 fn role_filters(doc: &Value, config: &Value, out: &mut Vec<Finding>) {
-    use crate::plugins::filter::role::{DECODE, DECODE_FILTER, ENCODE, ENCODE_FILTER, PREFILL, PREFILL_FILTER, RoleFilter};
+    use crate::plugins::filter::role::{
+        DECODE, DECODE_FILTER, ENCODE, ENCODE_FILTER, PREFILL, PREFILL_FILTER, RoleFilter,
+    };
     let roles = pool_roles(doc);
     for (i, (t, name, _)) in plugins(config).iter().enumerate() {
         let filter: &RoleFilter = match t.as_str() {
@@ -172,7 +233,11 @@ fn role_filters(doc: &Value, config: &Value, out: &mut Vec<Finding>) {
             _ => continue,
         };
         if !roles.iter().any(|r| filter.accepts(Some(r))) {
-            out.push(Finding::warning(format!("{INLINE}.plugins[{i}]"), format!("{name} ({t}) matches no pod: the pools carry llm-d.ai/role {roles:?}"), "add the matching pool (e.g. spec.prefill) or fix the pod labels"));
+            out.push(Finding::warning(
+                format!("{INLINE}.plugins[{i}]"),
+                format!("{name} ({t}) matches no pod: the pools carry llm-d.ai/role {roles:?}"),
+                "add the matching pool (e.g. spec.prefill) or fix the pod labels",
+            ));
         }
     }
 }

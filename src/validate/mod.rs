@@ -73,7 +73,11 @@ fn validate_document(doc: &Value) -> Vec<Finding> {
     match kind {
         "LLMInferenceService" => manifest::check(doc),
         "EndpointPickerConfig" | "" => config_findings(doc, ""),
-        other => vec![Finding::warning("kind", format!("kind {other:?} is not checked"), "pass EndpointPickerConfig files or LLMInferenceService manifests")],
+        other => vec![Finding::warning(
+            "kind",
+            format!("kind {other:?} is not checked"),
+            "pass EndpointPickerConfig files or LLMInferenceService manifests",
+        )],
     }
 }
 
@@ -118,7 +122,10 @@ struct FileFinding<'a> {
 pub fn render(results: &[(String, Vec<Finding>)], format: OutputFormat) -> String {
     match format {
         OutputFormat::Json => {
-            let all: Vec<FileFinding<'_>> = results.iter().flat_map(|(file, fs)| fs.iter().map(move |finding| FileFinding { file, finding })).collect();
+            let all: Vec<FileFinding<'_>> = results
+                .iter()
+                .flat_map(|(file, fs)| fs.iter().map(move |finding| FileFinding { file, finding }))
+                .collect();
             serde_json::to_string_pretty(&all).unwrap_or_else(|_| "[]".into())
         }
         OutputFormat::Human => {
@@ -132,7 +139,10 @@ pub fn render(results: &[(String, Vec<Finding>)], format: OutputFormat) -> Strin
                         Severity::Error => "error",
                         Severity::Warning => "warning",
                     };
-                    s.push_str(&format!("{file} [doc {}] {sev}: {}: {}\n    fix: {}\n", f.document, f.path, f.message, f.fix));
+                    s.push_str(&format!(
+                        "{file} [doc {}] {sev}: {}: {}\n    fix: {}\n",
+                        f.document, f.path, f.message, f.fix
+                    ));
                 }
             }
             let count = |sev| results.iter().flat_map(|(_, f)| f).filter(|f| f.severity == sev).count();

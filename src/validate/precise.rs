@@ -51,25 +51,43 @@ pub fn check(config: &Value, pools: &[Workload]) -> Vec<Finding> {
 fn tokens(params: &Value, base: &str, pools: &[Workload], out: &mut Vec<Finding>) {
     let tp = params.get("tokenProcessorConfig").or_else(|| at(params, &["indexerConfig", "tokenProcessorConfig"]));
     let tp_path = format!("{base}.tokenProcessorConfig");
-    let block = tp.and_then(|t| scalar(t.get("blockSizeTokens")).or_else(|| scalar(t.get("blockSize")))).unwrap_or_else(|| "16".into());
+    let block = tp
+        .and_then(|t| scalar(t.get("blockSizeTokens")).or_else(|| scalar(t.get("blockSize"))))
+        .unwrap_or_else(|| "16".into());
     let seed = tp.and_then(|t| scalar(t.get("hashSeed"))).unwrap_or_default();
     let algo = tp.and_then(|t| scalar(t.get("hashAlgorithm"))).unwrap_or_default();
     if !EPP_ALGOS.contains(&algo.as_str()) {
-        out.push(Finding::error(format!("{tp_path}.hashAlgorithm"), format!("unknown hashAlgorithm {algo:?}"), "use cbor-fnv (default) or xxh64"));
+        out.push(Finding::error(
+            format!("{tp_path}.hashAlgorithm"),
+            format!("unknown hashAlgorithm {algo:?}"),
+            "use cbor-fnv (default) or xxh64",
+        ));
     }
     for w in pools {
         let args = format!("{}.containers", w.path);
         let vllm_block = w.flag("--block-size").unwrap_or_else(|| "16".into());
         if vllm_block != block {
-            out.push(Finding::warning(format!("{tp_path}.blockSize"), format!("EPP block size {block} differs from vLLM --block-size {vllm_block} in {}", w.path), format!("set the same block size on both sides (--block-size {block} or blockSize: {vllm_block})")));
+            out.push(Finding::warning(
+                format!("{tp_path}.blockSize"),
+                format!("EPP block size {block} differs from vLLM --block-size {vllm_block} in {}", w.path),
+                format!("set the same block size on both sides (--block-size {block} or blockSize: {vllm_block})"),
+            ));
         }
         if !seed.is_empty() && w.env("PYTHONHASHSEED") != Some(seed.as_str()) {
             let found = w.env("PYTHONHASHSEED").map_or("unset".to_string(), |s| format!("{s:?}"));
-            out.push(Finding::warning(format!("{tp_path}.hashSeed"), format!("hashSeed {seed:?} but PYTHONHASHSEED is {found} in {}", w.path), format!("set env PYTHONHASHSEED={seed:?} on the vLLM container")));
+            out.push(Finding::warning(
+                format!("{tp_path}.hashSeed"),
+                format!("hashSeed {seed:?} but PYTHONHASHSEED is {found} in {}", w.path),
+                format!("set env PYTHONHASHSEED={seed:?} on the vLLM container"),
+            ));
         }
         if let Some(a) = w.flag("--prefix-caching-hash-algo") {
             if !VLLM_ALGOS.contains(&a.as_str()) {
-                out.push(Finding::error(format!("{args}.args"), format!("unknown --prefix-caching-hash-algo {a:?}"), format!("use one of {VLLM_ALGOS:?} (sha256_cbor is reproducible outside Python)")));
+                out.push(Finding::error(
+                    format!("{args}.args"),
+                    format!("unknown --prefix-caching-hash-algo {a:?}"),
+                    format!("use one of {VLLM_ALGOS:?} (sha256_cbor is reproducible outside Python)"),
+                ));
             }
         }
     }
@@ -80,7 +98,8 @@ fn events(params: &Value, base: &str, pools: &[Workload], out: &mut Vec<Finding>
     let ev_path = format!("{base}.kvEventsConfig");
     let central = ev.and_then(|e| scalar(e.get("zmqEndpoint"))).filter(|s| !s.is_empty());
     let topic_filter = ev.and_then(|e| scalar(e.get("topicFilter"))).unwrap_or_else(|| "kv@".into());
-    let socket_port = ev.and_then(|e| at(e, &["podDiscoveryConfig", "socketPort"])).and_then(Value::as_u64).unwrap_or(5557);
+    let socket_port =
+        ev.and_then(|e| at(e, &["podDiscoveryConfig", "socketPort"])).and_then(Value::as_u64).unwrap_or(5557);
     for w in pools.iter().filter(|w| w.role != "worker") {
         let Some(raw) = w.flag("--kv-events-config") else {
             out.push(Finding::warning(format!("{}.containers.args", w.path), format!("no --kv-events-config in {}: the precise index gets no events from these pods", w.path), "add --kv-events-config '{\"enable_kv_cache_events\":true,\"publisher\":\"zmq\",\"endpoint\":...,\"topic\":\"kv@...\"}'"));
@@ -88,15 +107,27 @@ fn events(params: &Value, base: &str, pools: &[Workload], out: &mut Vec<Finding>
         };
         let path = format!("{}.containers.args", w.path);
         let Ok(cfg) = serde_json::from_str::<serde_json::Value>(&raw) else {
-            out.push(Finding::error(path, "--kv-events-config is not valid JSON", "quote the JSON so vLLM receives it intact"));
+            out.push(Finding::error(
+                path,
+                "--kv-events-config is not valid JSON",
+                "quote the JSON so vLLM receives it intact",
+            ));
             continue;
         };
         let s = |k: &str| cfg.get(k).and_then(|v| v.as_str()).map(str::to_string);
         if cfg.get("enable_kv_cache_events").and_then(|v| v.as_bool()) != Some(true) {
-            out.push(Finding::error(path.clone(), "enable_kv_cache_events is not true: vLLM publishes nothing", "set \"enable_kv_cache_events\": true"));
+            out.push(Finding::error(
+                path.clone(),
+                "enable_kv_cache_events is not true: vLLM publishes nothing",
+                "set \"enable_kv_cache_events\": true",
+            ));
         }
         if s("publisher").as_deref() == Some("null") {
-            out.push(Finding::error(path.clone(), "publisher \"null\" publishes nothing", "set \"publisher\": \"zmq\""));
+            out.push(Finding::error(
+                path.clone(),
+                "publisher \"null\" publishes nothing",
+                "set \"publisher\": \"zmq\"",
+            ));
         }
         let endpoint = s("endpoint").unwrap_or_else(|| "tcp://*:5557".into());
         let binds = endpoint.contains('*') || endpoint.contains("::") || endpoint.starts_with("ipc://");

@@ -96,7 +96,8 @@ fn read(pod: &Value, role: &'static str, path: String) -> Workload {
         let args = c.get("args").and_then(Value::as_sequence).into_iter().flatten().filter_map(Value::as_str);
         w.args.extend(args.map(str::to_string));
         for e in c.get("env").and_then(Value::as_sequence).into_iter().flatten() {
-            if let (Some(k), Some(v)) = (e.get("name").and_then(Value::as_str), e.get("value").and_then(Value::as_str)) {
+            if let (Some(k), Some(v)) = (e.get("name").and_then(Value::as_str), e.get("value").and_then(Value::as_str))
+            {
                 w.env.push((k.to_string(), v.to_string()));
                 if k == "VLLM_ADDITIONAL_ARGS" {
                     w.args.extend(shell_split(v));
@@ -128,8 +129,16 @@ mod tests {
 
     #[test]
     fn splits_and_finds_flags_in_both_spellings() {
-        assert_eq!(shell_split(r#"--kv_transfer_config '{"kv_role":"kv_both"}' --block-size 64"#), vec!["--kv_transfer_config", r#"{"kv_role":"kv_both"}"#, "--block-size", "64"]);
-        let w = Workload { role: "decode", path: String::new(), args: shell_split("--block-size=32 --kv-transfer-config='{\"a\":1}' --prefix-caching-hash-algo sha256"), env: vec![] };
+        assert_eq!(
+            shell_split(r#"--kv_transfer_config '{"kv_role":"kv_both"}' --block-size 64"#),
+            vec!["--kv_transfer_config", r#"{"kv_role":"kv_both"}"#, "--block-size", "64"]
+        );
+        let w = Workload {
+            role: "decode",
+            path: String::new(),
+            args: shell_split("--block-size=32 --kv-transfer-config='{\"a\":1}' --prefix-caching-hash-algo sha256"),
+            env: vec![],
+        };
         assert_eq!(w.flag("--block-size").as_deref(), Some("32"));
         assert_eq!(w.flag("--kv_transfer_config").as_deref(), Some("{\"a\":1}"));
         assert_eq!(w.flag("--prefix-caching-hash-algo").as_deref(), Some("sha256"));

@@ -15,7 +15,9 @@ use epp::proto::envoy::config::core::v3::{HeaderMap, HeaderValue, Metadata};
 use epp::proto::ext_proc::external_processor_client::ExternalProcessorClient;
 use epp::proto::ext_proc::processing_request::Request;
 use epp::proto::ext_proc::processing_response::Response;
-use epp::proto::ext_proc::{body_mutation, HttpBody, HttpHeaders, HttpTrailers, ProcessingRequest, ProcessingResponse, ProtocolConfiguration};
+use epp::proto::ext_proc::{
+    HttpBody, HttpHeaders, HttpTrailers, ProcessingRequest, ProcessingResponse, ProtocolConfiguration, body_mutation,
+};
 use http_body_util::Full;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -176,7 +178,11 @@ impl Exchange {
 
     /// Next reply (panics after [`WAIT`]).
     pub async fn next(&mut self) -> ProcessingResponse {
-        tokio::time::timeout(WAIT, self.rx.next()).await.expect("reply in time").expect("stream open").expect("reply ok")
+        tokio::time::timeout(WAIT, self.rx.next())
+            .await
+            .expect("reply in time")
+            .expect("stream open")
+            .expect("reply ok")
     }
 
     /// Next `n` replies.
@@ -196,7 +202,12 @@ impl Exchange {
 }
 
 fn header_map(headers: &[(&str, &str)]) -> HeaderMap {
-    HeaderMap { headers: headers.iter().map(|(k, v)| HeaderValue { key: k.to_string(), value: String::new(), raw_value: v.as_bytes().to_vec() }).collect() }
+    HeaderMap {
+        headers: headers
+            .iter()
+            .map(|(k, v)| HeaderValue { key: k.to_string(), value: String::new(), raw_value: v.as_bytes().to_vec() })
+            .collect(),
+    }
 }
 
 /// Body modes as Envoy numbers them.
@@ -210,23 +221,43 @@ pub fn request_headers(path: &str, extra: &[(&str, &str)], eos: bool, modes: Opt
     let mut all = vec![(":method", "POST"), (":path", path), ("content-type", "application/json")];
     all.extend_from_slice(extra);
     ProcessingRequest {
-        request: Some(Request::RequestHeaders(HttpHeaders { headers: Some(header_map(&all)), end_of_stream: eos, ..Default::default() })),
-        protocol_config: modes.map(|(req, resp)| ProtocolConfiguration { request_body_mode: req, response_body_mode: resp, ..Default::default() }),
+        request: Some(Request::RequestHeaders(HttpHeaders {
+            headers: Some(header_map(&all)),
+            end_of_stream: eos,
+            ..Default::default()
+        })),
+        protocol_config: modes.map(|(req, resp)| ProtocolConfiguration {
+            request_body_mode: req,
+            response_body_mode: resp,
+            ..Default::default()
+        }),
         ..Default::default()
     }
 }
 
 /// Adds the subset hint metadata to a message.
 pub fn with_subset_hint(mut msg: ProcessingRequest, hosts: &[&str]) -> ProcessingRequest {
-    let list = prost_types::ListValue { values: hosts.iter().map(|h| prost_types::Value { kind: Some(Kind::StringValue(h.to_string())) }).collect() };
-    let inner = prost_types::Struct { fields: [("x-gateway-destination-endpoint-subset".to_string(), prost_types::Value { kind: Some(Kind::ListValue(list)) })].into() };
-    msg.metadata_context = Some(Metadata { filter_metadata: [("envoy.lb.subset_hint".to_string(), inner)].into(), ..Default::default() });
+    let list = prost_types::ListValue {
+        values: hosts.iter().map(|h| prost_types::Value { kind: Some(Kind::StringValue(h.to_string())) }).collect(),
+    };
+    let inner = prost_types::Struct {
+        fields: [(
+            "x-gateway-destination-endpoint-subset".to_string(),
+            prost_types::Value { kind: Some(Kind::ListValue(list)) },
+        )]
+        .into(),
+    };
+    msg.metadata_context =
+        Some(Metadata { filter_metadata: [("envoy.lb.subset_hint".to_string(), inner)].into(), ..Default::default() });
     msg
 }
 
 /// `request_body`.
 pub fn request_body(body: &[u8], eos: bool) -> ProcessingRequest {
-    ProcessingRequest { request: Some(Request::RequestBody(HttpBody { body: body.to_vec(), end_of_stream: eos })), ..Default::default() }
+    ProcessingRequest {
+        request: Some(Request::RequestBody(HttpBody { body: body.to_vec(), end_of_stream: eos })),
+        ..Default::default()
+    }
 }
 
 /// `request_trailers`.
@@ -237,12 +268,22 @@ pub fn request_trailers() -> ProcessingRequest {
 /// `response_headers`.
 pub fn response_headers(status: &str, content_type: &str) -> ProcessingRequest {
     let map = header_map(&[(":status", status), ("content-type", content_type)]);
-    ProcessingRequest { request: Some(Request::ResponseHeaders(HttpHeaders { headers: Some(map), end_of_stream: false, ..Default::default() })), ..Default::default() }
+    ProcessingRequest {
+        request: Some(Request::ResponseHeaders(HttpHeaders {
+            headers: Some(map),
+            end_of_stream: false,
+            ..Default::default()
+        })),
+        ..Default::default()
+    }
 }
 
 /// `response_body`.
 pub fn response_body(body: &[u8], eos: bool) -> ProcessingRequest {
-    ProcessingRequest { request: Some(Request::ResponseBody(HttpBody { body: body.to_vec(), end_of_stream: eos })), ..Default::default() }
+    ProcessingRequest {
+        request: Some(Request::ResponseBody(HttpBody { body: body.to_vec(), end_of_stream: eos })),
+        ..Default::default()
+    }
 }
 
 /// Header mutation and flags of a headers or body reply.
@@ -297,7 +338,9 @@ pub fn replaced_body(r: &ProcessingResponse) -> Option<Vec<u8>> {
 /// (status, body) of an immediate response.
 pub fn immediate(r: &ProcessingResponse) -> Option<(i32, String)> {
     match r.response.as_ref()? {
-        Response::ImmediateResponse(i) => Some((i.status.as_ref().map_or(0, |s| s.code), String::from_utf8_lossy(&i.body).into_owned())),
+        Response::ImmediateResponse(i) => {
+            Some((i.status.as_ref().map_or(0, |s| s.code), String::from_utf8_lossy(&i.body).into_owned()))
+        }
         _ => None,
     }
 }
@@ -320,9 +363,13 @@ pub async fn scrape(addr: SocketAddr) -> String {
 /// GETs `path` from the admin server: (status, body).
 pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
     let stream = tokio::net::TcpStream::connect(addr).await.expect("connect admin");
-    let (mut sender, conn) = hyper::client::conn::http1::handshake::<_, http_body_util::Empty<Bytes>>(TokioIo::new(stream)).await.expect("handshake");
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake::<_, http_body_util::Empty<Bytes>>(TokioIo::new(stream))
+            .await
+            .expect("handshake");
     tokio::spawn(conn);
-    let req = hyper::Request::get(path).header("host", "localhost").body(http_body_util::Empty::new()).expect("request");
+    let req =
+        hyper::Request::get(path).header("host", "localhost").body(http_body_util::Empty::new()).expect("request");
     let resp = sender.send_request(req).await.expect("admin response");
     let status = resp.status().as_u16();
     use http_body_util::BodyExt;
@@ -332,5 +379,8 @@ pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
 
 /// A chat body.
 pub fn chat(model: &str, text: &str, stream: bool) -> Vec<u8> {
-    serde_json::to_vec(&serde_json::json!({"model": model, "messages": [{"role": "user", "content": text}], "stream": stream})).expect("json")
+    serde_json::to_vec(
+        &serde_json::json!({"model": model, "messages": [{"role": "user", "content": text}], "stream": stream}),
+    )
+    .expect("json")
 }

@@ -1,13 +1,8 @@
 use super::*;
 
-const VLLM_0_33: &str = include_str!(concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/tests/fixtures/metrics/vllm-0.33.0.txt"
-));
-const VLLM_0_33_JSON: &str = include_str!(concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/tests/fixtures/metrics/vllm-0.33.0.json"
-));
+const VLLM_0_33: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/metrics/vllm-0.33.0.txt"));
+const VLLM_0_33_JSON: &str =
+    include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/metrics/vllm-0.33.0.json"));
 
 fn vllm() -> EngineMapping {
     builtin_engine("vllm").expect("builtin")
@@ -18,8 +13,7 @@ fn vllm_0_33_exposition_matches_recorded_snapshot() {
     let got = extract(VLLM_0_33, &vllm());
     let recorded: serde_json::Value = serde_json::from_str(VLLM_0_33_JSON).unwrap();
     let stats = &recorded["scheduler_stats_recorded"]["0"];
-    let waiting = stats["num_waiting_reqs"].as_u64().unwrap()
-        + stats["num_skipped_waiting_reqs"].as_u64().unwrap();
+    let waiting = stats["num_waiting_reqs"].as_u64().unwrap() + stats["num_skipped_waiting_reqs"].as_u64().unwrap();
     assert_eq!(got.missing, []);
     assert!(got.extracted_any);
     assert_eq!(got.malformed_lines, 0);
@@ -44,14 +38,7 @@ fn vllm_old_gpu_cache_usage_fallback_and_missing_families() {
     let got = extract(text, &vllm());
     assert_eq!(got.metrics.kv_cache_usage, 0.25);
     assert_eq!(got.metrics.running_requests, 2);
-    assert_eq!(
-        got.missing,
-        [
-            MetricField::Queued,
-            MetricField::Lora,
-            MetricField::CacheInfo
-        ]
-    );
+    assert_eq!(got.missing, [MetricField::Queued, MetricField::Lora, MetricField::CacheInfo]);
     assert!(got.extracted_any);
     // The new name wins over the old one regardless of order.
     let both = "vllm:gpu_cache_usage_perc 0.9\nvllm:kv_cache_usage_perc 0.1\n";
@@ -68,8 +55,7 @@ fn nothing_extracted_from_unrelated_text() {
 
 #[test]
 fn gauge_selection_latest_timestamp_else_first() {
-    let no_ts =
-        "vllm:num_requests_waiting{engine=\"0\"} 5\nvllm:num_requests_waiting{engine=\"1\"} 9\n";
+    let no_ts = "vllm:num_requests_waiting{engine=\"0\"} 5\nvllm:num_requests_waiting{engine=\"1\"} 9\n";
     assert_eq!(extract(no_ts, &vllm()).metrics.waiting_queue_size, 5);
     let ts = "vllm:num_requests_waiting 5 1000\nvllm:num_requests_waiting 9 3000\n\
               vllm:num_requests_waiting 7 2000\nvllm:num_requests_waiting 1\n";
@@ -88,12 +74,8 @@ vllm:lora_requests_info{max_lora="3",running_lora_adapters="mid",waiting_lora_ad
     assert_eq!(m.active_models, ["a", "b"]);
     assert_eq!(m.waiting_models, Vec::<String>::new());
     assert_eq!(m.max_active_models, Some(4));
-    let escaped =
-        r#"vllm:lora_requests_info{waiting_lora_adapters="w}x,\"q\"",running_lora_adapters=""} 1"#;
-    assert_eq!(
-        extract(escaped, &vllm()).metrics.waiting_models,
-        ["w}x", "\"q\""]
-    );
+    let escaped = r#"vllm:lora_requests_info{waiting_lora_adapters="w}x,\"q\"",running_lora_adapters=""} 1"#;
+    assert_eq!(extract(escaped, &vllm()).metrics.waiting_models, ["w}x", "\"q\""]);
 }
 
 #[test]
@@ -101,10 +83,7 @@ fn cache_info_none_values_and_nan_gauges() {
     let text = "vllm:cache_config_info{block_size=\"None\",num_gpu_blocks=\"None\"} 1.0\n\
                 vllm:kv_cache_usage_perc NaN\nvllm:num_requests_running +Inf\n";
     let got = extract(text, &vllm());
-    assert_eq!(
-        (got.metrics.cache_block_size, got.metrics.cache_num_blocks),
-        (None, None)
-    );
+    assert_eq!((got.metrics.cache_block_size, got.metrics.cache_num_blocks), (None, None));
     assert!(got.missing.contains(&MetricField::KvUsage));
     assert!(got.missing.contains(&MetricField::Running));
     assert!(!got.missing.contains(&MetricField::CacheInfo));
@@ -126,14 +105,8 @@ fn sglang_mapping() {
     let got = extract(text, &builtin_engine("sglang").unwrap());
     assert_eq!(got.missing, []);
     let m = got.metrics;
-    assert_eq!(
-        (m.waiting_queue_size, m.running_requests, m.kv_cache_usage),
-        (6, 2, 0.5)
-    );
-    assert_eq!(
-        (m.cache_block_size, m.cache_num_blocks),
-        (Some(64), Some(1000))
-    );
+    assert_eq!((m.waiting_queue_size, m.running_requests, m.kv_cache_usage), (6, 2, 0.5));
+    assert_eq!((m.cache_block_size, m.cache_num_blocks), (Some(64), Some(1000)));
 }
 
 #[test]
@@ -143,10 +116,7 @@ fn trtllm_and_triton_mappings() {
                 trtllm_kv_cache_max_blocks 500\n";
     let m = extract(text, &builtin_engine("trtllm-serve").unwrap()).metrics;
     assert_eq!((m.waiting_queue_size, m.running_requests), (1, 2));
-    assert_eq!(
-        (m.cache_block_size, m.cache_num_blocks),
-        (Some(32), Some(500))
-    );
+    assert_eq!((m.cache_block_size, m.cache_num_blocks), (Some(32), Some(500)));
     let text = r#"nv_trt_llm_request_metrics{model="e",request_type="context"} 9
 nv_trt_llm_request_metrics{model="e",request_type="scheduled"} 4
 nv_trt_llm_request_metrics{model="e",request_type="waiting"} 3
@@ -157,14 +127,8 @@ nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="max",model="e"} 2048
     let got = extract(text, &builtin_engine("triton-tensorrt-llm").unwrap());
     assert_eq!(got.missing, []);
     let m = got.metrics;
-    assert_eq!(
-        (m.waiting_queue_size, m.running_requests, m.kv_cache_usage),
-        (3, 4, 0.75)
-    );
-    assert_eq!(
-        (m.cache_block_size, m.cache_num_blocks),
-        (Some(64), Some(2048))
-    );
+    assert_eq!((m.waiting_queue_size, m.running_requests, m.kv_cache_usage), (3, 4, 0.75));
+    assert_eq!((m.cache_block_size, m.cache_num_blocks), (Some(64), Some(2048)));
     assert!(builtin_engine("default").is_none());
     assert!(BUILTIN_ENGINES.iter().all(|e| builtin_engine(e).is_some()));
 }

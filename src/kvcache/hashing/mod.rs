@@ -12,7 +12,7 @@
 mod encode;
 
 pub use encode::PyValue;
-pub(crate) use encode::{cbor, cbor_head, cbor_int, cbor_text, pickle, CBOR_NULL};
+pub(crate) use encode::{CBOR_NULL, cbor, cbor_head, cbor_int, cbor_text, pickle};
 
 use sha2::{Digest as _, Sha256};
 use std::fmt;
@@ -164,7 +164,11 @@ impl fmt::Debug for BlockDigest {
 
 /// The seed string hashed into NONE_HASH (reference §5.3), or an error when
 /// vLLM used per-process randomness.
-pub fn none_hash_seed(algo: HashAlgo, pythonhashseed: Option<&str>, version: VllmVersion) -> Result<&str, HashingError> {
+pub fn none_hash_seed(
+    algo: HashAlgo,
+    pythonhashseed: Option<&str>,
+    version: VllmVersion,
+) -> Result<&str, HashingError> {
     match pythonhashseed {
         Some(s) => Ok(s),
         None if version >= VllmVersion::new(0, 29) && matches!(algo, HashAlgo::Sha256 | HashAlgo::Sha256Cbor) => {
@@ -175,7 +179,11 @@ pub fn none_hash_seed(algo: HashAlgo, pythonhashseed: Option<&str>, version: Vll
 }
 
 /// NONE_HASH = H(serialize(seed_string)).
-pub fn none_hash(algo: HashAlgo, pythonhashseed: Option<&str>, version: VllmVersion) -> Result<BlockDigest, HashingError> {
+pub fn none_hash(
+    algo: HashAlgo,
+    pythonhashseed: Option<&str>,
+    version: VllmVersion,
+) -> Result<BlockDigest, HashingError> {
     let seed = none_hash_seed(algo, pythonhashseed, version)?;
     let mut buf = Vec::with_capacity(32);
     algo.serialize(&mut buf, &PyValue::Str(seed));
@@ -183,7 +191,13 @@ pub fn none_hash(algo: HashAlgo, pythonhashseed: Option<&str>, version: VllmVers
 }
 
 /// Serialises the triple `(parent, tuple(tokens), extra)` into `out`.
-pub fn block_preimage(algo: HashAlgo, out: &mut Vec<u8>, parent: &BlockDigest, tokens: &[u32], extra: Option<&PyValue<'_>>) {
+pub fn block_preimage(
+    algo: HashAlgo,
+    out: &mut Vec<u8>,
+    parent: &BlockDigest,
+    tokens: &[u32],
+    extra: Option<&PyValue<'_>>,
+) {
     let triple = PyValue::Tuple(vec![
         PyValue::Bytes(parent.as_bytes()),
         PyValue::Ints(tokens),
@@ -236,7 +250,11 @@ impl VllmHasher {
             });
         }
         if let (0, Some(salt)) = (block, extras.cache_salt) {
-            keys.push(if new_form { PyValue::Tuple(vec![PyValue::Str("cache_salt"), PyValue::Str(salt)]) } else { PyValue::Str(salt) });
+            keys.push(if new_form {
+                PyValue::Tuple(vec![PyValue::Str("cache_salt"), PyValue::Str(salt)])
+            } else {
+                PyValue::Str(salt)
+            });
         }
         (!keys.is_empty()).then_some(PyValue::Tuple(keys))
     }

@@ -35,7 +35,12 @@ fn py<'a>(v: &'a Json, bytes: &'a mut Vec<Vec<u8>>) -> PyValue<'a> {
 #[test]
 fn every_public_hash_vector_reproduces() {
     let mut blocks = 0;
-    for file in ["block_hashes_sha256.json", "block_hashes_sha256_cbor.json", "block_hashes_xxhash.json", "block_hashes_xxhash_cbor.json"] {
+    for file in [
+        "block_hashes_sha256.json",
+        "block_hashes_sha256_cbor.json",
+        "block_hashes_xxhash.json",
+        "block_hashes_xxhash_cbor.json",
+    ] {
         let doc = load(file);
         for case in doc["cases"].as_array().expect("cases") {
             let id = case["id"].as_str().expect("id");
@@ -46,7 +51,8 @@ fn every_public_hash_vector_reproduces() {
             assert_eq!(hex(&pre), case["none_hash_preimage_hex"].as_str().expect("pre"), "{id}");
             let none = algo.digest(&pre);
             assert_eq!(hex(none.as_bytes()), case["none_hash_hex"].as_str().expect("nh"), "{id}");
-            let tokens: Vec<u32> = case["token_ids"].as_array().expect("t").iter().map(|t| t.as_u64().expect("tok") as u32).collect();
+            let tokens: Vec<u32> =
+                case["token_ids"].as_array().expect("t").iter().map(|t| t.as_u64().expect("tok") as u32).collect();
             let mut parent = none;
             let mut scratch = Vec::new();
             for b in case["blocks"].as_array().expect("blocks") {
@@ -65,10 +71,13 @@ fn every_public_hash_vector_reproduces() {
             // The high-level hasher derives the same chain from request settings.
             let pyseed = case["pythonhashseed"].as_str();
             let hasher = VllmHasher::try_new(algo, pyseed, VllmVersion::CURRENT).expect("reproducible");
-            let lora = case["lora"].as_object().map(|l| (l["lora_name"].as_str().expect("n"), l["lora_path"].as_str().expect("p")));
+            let lora = case["lora"]
+                .as_object()
+                .map(|l| (l["lora_name"].as_str().expect("n"), l["lora_path"].as_str().expect("p")));
             let extras = HashExtras { lora, cache_salt: case["cache_salt"].as_str() };
             let bs = case["block_size"].as_u64().expect("bs") as usize;
-            let want: Vec<u64> = case["blocks"].as_array().expect("b").iter().map(|b| b["hash_u64"].as_u64().expect("u")).collect();
+            let want: Vec<u64> =
+                case["blocks"].as_array().expect("b").iter().map(|b| b["hash_u64"].as_u64().expect("u")).collect();
             assert_eq!(hasher.block_hashes_u64(&tokens, bs, &extras), want, "{id}");
         }
     }

@@ -18,7 +18,7 @@
 
 use super::holder::EndpointId;
 use super::table::{AddMode, RemoveMode};
-use super::{write, KeyMode, PrefixIndex};
+use super::{KeyMode, PrefixIndex, write};
 use crate::kvcache::events::{BlockRemoved, BlockStored, EventBatch, EventKind, ExtraKey, KvEvent};
 use crate::kvcache::keys::align_blocks;
 
@@ -132,7 +132,14 @@ impl PrefixIndex {
         self.add_key(key, ep, tier, mode);
     }
 
-    fn apply_stored(&self, ep: EndpointId, rank: u32, model: &str, s: &BlockStored, stats: &mut ApplyStats) -> EventOutcome {
+    fn apply_stored(
+        &self,
+        ep: EndpointId,
+        rank: u32,
+        model: &str,
+        s: &BlockStored,
+        stats: &mut ApplyStats,
+    ) -> EventOutcome {
         if s.kv_cache_spec_kind.as_deref().is_some_and(|k| !SUPPORTED_KINDS.contains(&k)) {
             return EventOutcome::UnsupportedKind;
         }

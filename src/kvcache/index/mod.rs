@@ -329,7 +329,9 @@ impl PrefixIndex {
         let reg = read(&self.registry);
         runs.into_iter()
             .filter(|r| r.blocks > 0)
-            .filter_map(|r| reg.name(r.ep).map(|n| EndpointMatch { endpoint: n.clone(), blocks: r.blocks, weighted: r.weighted }))
+            .filter_map(|r| {
+                reg.name(r.ep).map(|n| EndpointMatch { endpoint: n.clone(), blocks: r.blocks, weighted: r.weighted })
+            })
             .collect()
     }
 

@@ -49,7 +49,9 @@ impl Slab {
     }
 
     pub fn bytes(&self) -> usize {
-        self.lists.capacity() * 24 + self.free.capacity() * 4 + self.lists.iter().map(|l| l.capacity() * 4).sum::<usize>()
+        self.lists.capacity() * 24
+            + self.free.capacity() * 4
+            + self.lists.iter().map(|l| l.capacity() * 4).sum::<usize>()
     }
 
     #[cfg(test)]
@@ -57,4 +59,3 @@ impl Slab {
         self.lists.len() - self.free.len()
     }
 }
-

@@ -335,8 +335,8 @@ impl Table {
         while i < self.buckets.len() {
             let [k, slot] = self.buckets[i];
             let (lo, hi) = holder::split(slot);
-            let has = k != 0
-                && (lo == OVERFLOW || holder::endpoint(lo) == ep || (hi != 0 && holder::endpoint(hi) == ep));
+            let has =
+                k != 0 && (lo == OVERFLOW || holder::endpoint(lo) == ep || (hi != 0 && holder::endpoint(hi) == ep));
             if has {
                 removed += self.remove_where(k, |h| holder::endpoint(h) == ep, RemoveMode::Force);
                 // A delete shifted a later bucket into i: look at i again.

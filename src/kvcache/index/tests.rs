@@ -6,24 +6,35 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::kvcache::decode::decode_batch;
-use crate::kvcache::keys::{request_keys, RequestKeyer};
+use crate::kvcache::keys::{RequestKeyer, request_keys};
 
 fn unhex(s: &str) -> Vec<u8> {
     (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex")).collect()
 }
 
 fn request_index(block_size: usize) -> PrefixIndex {
-    PrefixIndex::new(IndexConfig { key_mode: KeyMode::Request { keyer: RequestKeyer::default(), block_size }, ..IndexConfig::default() })
+    PrefixIndex::new(IndexConfig {
+        key_mode: KeyMode::Request { keyer: RequestKeyer::default(), block_size },
+        ..IndexConfig::default()
+    })
 }
 
 fn engine_index() -> PrefixIndex {
-    PrefixIndex::new(IndexConfig { key_mode: KeyMode::Engine { hasher: None, block_size: 16 }, capacity: 1 << 20, shards: 8, ..IndexConfig::default() })
+    PrefixIndex::new(IndexConfig {
+        key_mode: KeyMode::Engine { hasher: None, block_size: 16 },
+        capacity: 1 << 20,
+        shards: 8,
+        ..IndexConfig::default()
+    })
 }
 
 #[test]
 fn llmd_worked_example_store_then_bytes_removal() {
     let idx = request_index(4);
-    let stored = decode_batch(&unhex("93cb41d954fc402000009199ab426c6f636b53746f726564921112c098010203040506070804c0a3475055c0c000")).expect("vector");
+    let stored = decode_batch(&unhex(
+        "93cb41d954fc402000009199ab426c6f636b53746f726564921112c098010203040506070804c0a3475055c0c000",
+    ))
+    .expect("vector");
     let st = idx.apply("10.0.0.5:8000", "Qwen/Qwen3-0.6B", &stored);
     assert_eq!(st.count(EventKind::Stored, EventOutcome::Applied), 1);
     let keys = [12477849404512668933, 14303407131179071413];
@@ -45,7 +56,11 @@ fn fixture(name: &str) -> EventBatch {
 }
 
 fn tokens_of(b: &EventBatch) -> Vec<u32> {
-    b.events.iter().filter_map(|e| if let KvEvent::BlockStored(s) = e { Some(s.token_ids.clone()) } else { None }).flatten().collect()
+    b.events
+        .iter()
+        .filter_map(|e| if let KvEvent::BlockStored(s) = e { Some(s.token_ids.clone()) } else { None })
+        .flatten()
+        .collect()
 }
 
 #[test]
@@ -77,7 +92,14 @@ fn engine_and_request_block_sizes_may_differ() {
     assert_eq!(keys.len(), 6);
     assert_eq!(idx.lookup(&keys)[0].blocks, 6);
     // Removing engine block 2 releases request keys 4 and 5 only.
-    let rm = EventBatch { events: vec![KvEvent::BlockRemoved(BlockRemovedEv { block_hashes: vec![12222157334376113544], medium: None, group_idx: None })], ..EventBatch::default() };
+    let rm = EventBatch {
+        events: vec![KvEvent::BlockRemoved(BlockRemovedEv {
+            block_hashes: vec![12222157334376113544],
+            medium: None,
+            group_idx: None,
+        })],
+        ..EventBatch::default()
+    };
     idx.apply("pod-a", "m", &rm);
     assert_eq!(idx.lookup(&keys)[0].blocks, 4);
     assert_eq!(idx.entries(), 4);
@@ -91,7 +113,8 @@ fn tier_weights_and_all_blocks_cleared() {
     idx.store_keys("a", Tier::Gpu, &[1, 2, 3], AddMode::Set);
     idx.store_keys("b", Tier::Cpu, &[1, 2], AddMode::Set);
     idx.store_keys("b", Tier::Gpu, &[1], AddMode::Set);
-    let m: BTreeMap<_, _> = idx.lookup(&[1, 2, 3, 4]).into_iter().map(|m| (m.endpoint.to_string(), (m.blocks, m.weighted))).collect();
+    let m: BTreeMap<_, _> =
+        idx.lookup(&[1, 2, 3, 4]).into_iter().map(|m| (m.endpoint.to_string(), (m.blocks, m.weighted))).collect();
     assert_eq!(m["a"], (3, 3.0));
     assert_eq!(m["b"], (2, 1.8));
     idx.apply("a", "", &EventBatch { events: vec![KvEvent::AllBlocksCleared], ..EventBatch::default() });
@@ -184,7 +207,8 @@ fn run_ops(ops: Vec<Op>, mode: AddMode) -> Result<(), TestCaseError> {
             }
             Op::Lookup(ks) => {
                 let ks: Vec<u64> = ks.into_iter().map(key).collect();
-                let got: BTreeMap<_, _> = idx.lookup(&ks).into_iter().map(|x| (x.endpoint.to_string(), (x.blocks, x.weighted))).collect();
+                let got: BTreeMap<_, _> =
+                    idx.lookup(&ks).into_iter().map(|x| (x.endpoint.to_string(), (x.blocks, x.weighted))).collect();
                 prop_assert_eq!(got, model_lookup(&m, &ks));
             }
         }

@@ -83,7 +83,12 @@ mod tests {
 
     #[test]
     fn frames_and_topics() {
-        let ok = parse(vec![Bytes::from_static(b"kv@10.0.0.5:8000@Qwen/Qwen3-0.6B"), Bytes::from(7u64.to_be_bytes().to_vec()), Bytes::from_static(b"x")]).expect("ok");
+        let ok = parse(vec![
+            Bytes::from_static(b"kv@10.0.0.5:8000@Qwen/Qwen3-0.6B"),
+            Bytes::from(7u64.to_be_bytes().to_vec()),
+            Bytes::from_static(b"x"),
+        ])
+        .expect("ok");
         assert_eq!(ok.seq, 7);
         let t = topic(&ok.topic);
         assert_eq!((t.pod, t.model), ("10.0.0.5:8000", "Qwen/Qwen3-0.6B"));

@@ -20,16 +20,16 @@ mod replay;
 mod socket;
 mod worker;
 
-pub use frames::{parse as parse_frames, topic as parse_topic, FrameError, Frames, Topic};
-pub use replay::{fetch as fetch_replay, ReplayError, ReplayTimeouts};
+pub use frames::{FrameError, Frames, Topic, parse as parse_frames, topic as parse_topic};
+pub use replay::{ReplayError, ReplayTimeouts, fetch as fetch_replay};
 
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use tokio::sync::{mpsc, oneshot, watch, Mutex, Notify};
+use tokio::sync::{Mutex, Notify, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use zeromq::{Socket, SubSocket};
@@ -141,7 +141,12 @@ impl Subscriber {
         sources: watch::Receiver<Vec<KvEventSource>>,
         cancel: CancellationToken,
     ) -> Result<SubscriberHandle, SubscriberError> {
-        let deps = WorkerDeps { index: index.clone(), metrics: metrics.clone(), drift, replay_timeouts: config.replay_timeouts };
+        let deps = WorkerDeps {
+            index: index.clone(),
+            metrics: metrics.clone(),
+            drift,
+            replay_timeouts: config.replay_timeouts,
+        };
         let mut tasks = Vec::new();
         let mut jobs = Vec::new();
         for _ in 0..config.concurrency.max(1) {
@@ -155,7 +160,13 @@ impl Subscriber {
                 }
             }));
         }
-        let intake = Arc::new(Intake { jobs, metrics: metrics.clone(), received: AtomicU64::new(0), notify: Notify::new(), topic_filter: config.topic_filter.clone() });
+        let intake = Arc::new(Intake {
+            jobs,
+            metrics: metrics.clone(),
+            received: AtomicU64::new(0),
+            notify: Notify::new(),
+            topic_filter: config.topic_filter.clone(),
+        });
         let attribution = Arc::new(ArcSwap::from_pointee(Attribution::new()));
         let mut central = None;
         if let Some(ep) = config.zmq_endpoint.as_deref().filter(|e| !e.is_empty()) {

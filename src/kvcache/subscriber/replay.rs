@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use tokio::time::{timeout, Instant};
+use tokio::time::{Instant, timeout};
 use zeromq::{DealerSocket, Socket, SocketRecv, SocketSend, ZmqMessage};
 
 use super::frames::seq_of;

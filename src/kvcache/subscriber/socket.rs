@@ -10,18 +10,18 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use tokio::sync::{mpsc, watch, Notify};
+use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use zeromq::{Socket, SocketRecv, SubSocket};
 
 use super::frames::{self, pod_address, topic};
-use super::worker::{shard_of, Envelope, Job};
+use super::worker::{Envelope, Job, shard_of};
 use super::{KvEventSource, SubscriberConfig};
 use crate::kvcache::metrics::KvCacheMetrics;
 
@@ -55,7 +55,11 @@ impl Intake {
         self.mark_received();
     }
 
-    fn route(&self, raw: zeromq::ZmqMessage, attribute: impl FnOnce(&frames::Frames) -> Option<Source>) -> Result<(), &'static str> {
+    fn route(
+        &self,
+        raw: zeromq::ZmqMessage,
+        attribute: impl FnOnce(&frames::Frames) -> Option<Source>,
+    ) -> Result<(), &'static str> {
         let f = match frames::parse(raw.into_vec()) {
             Ok(f) => f,
             Err(e) => {
@@ -68,7 +72,14 @@ impl Intake {
             return Err("topic_filter");
         }
         let src = attribute(&f).ok_or("unknown_endpoint")?;
-        let env = Envelope { endpoint: src.name, topic: f.topic, seq: f.seq, payload: f.payload, rank: src.rank, replay: src.replay };
+        let env = Envelope {
+            endpoint: src.name,
+            topic: f.topic,
+            seq: f.seq,
+            payload: f.payload,
+            rank: src.rank,
+            replay: src.replay,
+        };
         self.worker(&env.endpoint).try_send(Job::Message(env)).map_err(|_| "queue_full")
     }
 
@@ -112,7 +123,12 @@ fn build_attribution(cfg: &SubscriberConfig, list: &[KvEventSource]) -> Attribut
 }
 
 /// Reads the central bound socket until cancelled.
-pub async fn run_central(mut sock: SubSocket, intake: Arc<Intake>, attribution: Arc<ArcSwap<Attribution>>, cancel: CancellationToken) {
+pub async fn run_central(
+    mut sock: SubSocket,
+    intake: Arc<Intake>,
+    attribution: Arc<ArcSwap<Attribution>>,
+    cancel: CancellationToken,
+) {
     loop {
         let msg = tokio::select! {
             _ = cancel.cancelled() => break,
@@ -133,7 +149,13 @@ pub async fn run_central(mut sock: SubSocket, intake: Arc<Intake>, attribution: 
 }
 
 /// Connects to one endpoint's publisher and reads it until cancelled.
-async fn run_source(dial: String, src: Source, intake: Arc<Intake>, backoff: (Duration, Duration), cancel: CancellationToken) {
+async fn run_source(
+    dial: String,
+    src: Source,
+    intake: Arc<Intake>,
+    backoff: (Duration, Duration),
+    cancel: CancellationToken,
+) {
     let mut delay = backoff.0;
     let mut failures = 0u32;
     let mut sock = loop {
@@ -198,7 +220,8 @@ pub async fn run_manager(
         // New attribution first: the central socket stops routing to pods that left.
         attribution.store(Arc::new(build_attribution(&cfg, &list)));
         if cfg.discover_pods {
-            let wanted: HashMap<(Arc<str>, u16), &KvEventSource> = list.iter().map(|s| ((s.name.clone(), s.rank), s)).collect();
+            let wanted: HashMap<(Arc<str>, u16), &KvEventSource> =
+                list.iter().map(|s| ((s.name.clone(), s.rank), s)).collect();
             // A reader is stale when its endpoint left or now dials elsewhere.
             let stale: Vec<_> = readers
                 .iter()

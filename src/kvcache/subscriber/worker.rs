@@ -16,7 +16,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::frames::topic;
 use super::replay::{self, ReplayTimeouts};
-use crate::kvcache::decode::{decode_batch, DecodeError};
+use crate::kvcache::decode::{DecodeError, decode_batch};
 use crate::kvcache::drift::DriftDetector;
 use crate::kvcache::events::{EventBatch, KvEvent};
 use crate::kvcache::index::PrefixIndex;

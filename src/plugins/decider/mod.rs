@@ -48,7 +48,12 @@ mod tests {
         let request = chat_request("m", &["hi"]);
         let data = Default::default();
         assert!(AlwaysDecider.disaggregate(&context_for(&request, &data), None));
-        let spec = PluginSpec { name: "d".into(), type_name: ALWAYS_PD.into(), parameters: serde_json::json!({"x": 1}), path: "plugins[0]".into() };
+        let spec = PluginSpec {
+            name: "d".into(),
+            type_name: ALWAYS_PD.into(),
+            parameters: serde_json::json!({"x": 1}),
+            path: "plugins[0]".into(),
+        };
         assert!(build_always(&spec, &BuildContext::default()).is_err());
     }
 }

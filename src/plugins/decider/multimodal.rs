@@ -65,7 +65,9 @@ mod tests {
         assert!(MultimodalDecider.disaggregate(&context_for(&image, &data), None));
         let text = chat_request("m", &["plain"]);
         assert!(!MultimodalDecider.disaggregate(&context_for(&text, &data), None));
-        let parts = chat(serde_json::json!({"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "t"}]}]}));
+        let parts = chat(
+            serde_json::json!({"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "t"}]}]}),
+        );
         assert!(!MultimodalDecider.disaggregate(&context_for(&parts, &data), None));
     }
 }

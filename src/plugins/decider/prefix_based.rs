@@ -49,8 +49,13 @@ impl PrefixBasedDecider {
 /// Factory.
 pub fn build(spec: &PluginSpec, _: &BuildContext) -> Result<PluginInstance, BuildError> {
     let p: Params = decode_params(spec)?;
-    let non_negative = |v: i64, key: &str| u64::try_from(v).map_err(|_| BuildError::new(format!("{}.parameters.{key}", spec.path), "must be >= 0"));
-    let decider = Arc::new(PrefixBasedDecider::new(non_negative(p.non_cached_tokens, "nonCachedTokens")?, non_negative(p.prompt_tokens, "promptTokens")?));
+    let non_negative = |v: i64, key: &str| {
+        u64::try_from(v).map_err(|_| BuildError::new(format!("{}.parameters.{key}", spec.path), "must be >= 0"))
+    };
+    let decider = Arc::new(PrefixBasedDecider::new(
+        non_negative(p.non_cached_tokens, "nonCachedTokens")?,
+        non_negative(p.prompt_tokens, "promptTokens")?,
+    ));
     Ok(PluginInstance::new(spec.name.clone(), TYPE).with_decider(decider.clone()).with_consumer(decider))
 }
 
@@ -85,7 +90,8 @@ mod tests {
 
     fn data(tokens: usize, matched_blocks: usize) -> RequestData {
         let mut m = PrefixMatches { block_size_tokens: 16, total_blocks: tokens.div_ceil(16), ..Default::default() };
-        m.per_endpoint.insert("d".into(), MatchInfo { match_blocks: matched_blocks, weighted_blocks: matched_blocks as f64 });
+        m.per_endpoint
+            .insert("d".into(), MatchInfo { match_blocks: matched_blocks, weighted_blocks: matched_blocks as f64 });
         RequestData {
             tokens: Some(vec![1u32; tokens].into()),
             prefix: vec![("p".into(), Arc::new(m))],
@@ -114,7 +120,12 @@ mod tests {
 
     #[test]
     fn negative_parameters_are_rejected() {
-        let spec = PluginSpec { name: "d".into(), type_name: TYPE.into(), parameters: serde_json::json!({"nonCachedTokens": -1}), path: "plugins[1]".into() };
+        let spec = PluginSpec {
+            name: "d".into(),
+            type_name: TYPE.into(),
+            parameters: serde_json::json!({"nonCachedTokens": -1}),
+            path: "plugins[1]".into(),
+        };
         assert_eq!(build(&spec, &BuildContext::default()).unwrap_err().path, "plugins[1].parameters.nonCachedTokens");
     }
 }

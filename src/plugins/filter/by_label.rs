@@ -65,14 +65,26 @@ mod tests {
     fn exact_values_and_unlabelled() {
         let (request, data) = (Default::default(), Default::default());
         let cx = context_for(&request, &data);
-        let c = || vec![endpoint("p").role("prefill").build(), endpoint("d").role("decode").build(), endpoint("u").build()];
-        let mut f = ByLabelFilter { params: Params { label: "llm-d.ai/role".into(), valid_values: vec!["decode".into()], allows_no_label: false } };
+        let c =
+            || vec![endpoint("p").role("prefill").build(), endpoint("d").role("decode").build(), endpoint("u").build()];
+        let mut f = ByLabelFilter {
+            params: Params {
+                label: "llm-d.ai/role".into(),
+                valid_values: vec!["decode".into()],
+                allows_no_label: false,
+            },
+        };
         let ids = |v: Vec<Candidate>| v.iter().map(|c| c.id().to_string()).collect::<Vec<_>>();
         assert_eq!(ids(f.filter(&cx, c())), ["d"]);
         f.params.allows_no_label = true;
         assert_eq!(ids(f.filter(&cx, c())), ["d", "u"]);
         super::super::contract::check(&f);
-        let spec = PluginSpec { name: "b".into(), type_name: TYPE.into(), parameters: serde_json::json!({"validValues": ["x"]}), path: "plugins[0]".into() };
+        let spec = PluginSpec {
+            name: "b".into(),
+            type_name: TYPE.into(),
+            parameters: serde_json::json!({"validValues": ["x"]}),
+            path: "plugins[0]".into(),
+        };
         assert_eq!(build(&spec, &BuildContext::default()).unwrap_err().path, "plugins[0].parameters.label");
     }
 }

@@ -44,7 +44,12 @@ pub struct Params {
 
 impl Default for Params {
     fn default() -> Self {
-        Self { concurrency_mode: "requests".into(), max_concurrency: 100, max_token_concurrency: 1_000_000, headroom: 0.0 }
+        Self {
+            concurrency_mode: "requests".into(),
+            max_concurrency: 100,
+            max_token_concurrency: 1_000_000,
+            headroom: 0.0,
+        }
     }
 }
 
@@ -64,17 +69,29 @@ pub fn build(spec: &PluginSpec, _: &BuildContext) -> Result<PluginInstance, Buil
     let tokens = match p.concurrency_mode.as_str() {
         "requests" => false,
         "tokens" => true,
-        other => return Err(BuildError::new(at("concurrencyMode"), format!("unknown mode {other:?} (requests or tokens)"))),
+        other => {
+            return Err(BuildError::new(at("concurrencyMode"), format!("unknown mode {other:?} (requests or tokens)")));
+        }
     };
-    let (key, capacity) = if tokens { ("maxTokenConcurrency", p.max_token_concurrency) } else { ("maxConcurrency", p.max_concurrency) };
+    let (key, capacity) =
+        if tokens { ("maxTokenConcurrency", p.max_token_concurrency) } else { ("maxConcurrency", p.max_concurrency) };
     if capacity <= 0 {
         return Err(BuildError::new(at(key), "must be > 0"));
     }
     if !(p.headroom >= 0.0) {
         return Err(BuildError::new(at("headroom"), "must be >= 0"));
     }
-    let d = Arc::new(ConcurrencyDetector { tokens, capacity: capacity as f64, headroom: p.headroom, ledger: Ledger::default() });
-    Ok(PluginInstance::new(spec.name.clone(), TYPE).with_saturation(d.clone()).with_filter(d.clone()).with_pre_request(d.clone()).with_response(d))
+    let d = Arc::new(ConcurrencyDetector {
+        tokens,
+        capacity: capacity as f64,
+        headroom: p.headroom,
+        ledger: Ledger::default(),
+    });
+    Ok(PluginInstance::new(spec.name.clone(), TYPE)
+        .with_saturation(d.clone())
+        .with_filter(d.clone())
+        .with_pre_request(d.clone())
+        .with_response(d))
 }
 
 impl ConcurrencyDetector {
@@ -146,8 +163,20 @@ mod tests {
 
     #[test]
     fn mode_and_capacity_are_checked() {
-        let spec = |v| PluginSpec { name: "c".into(), type_name: TYPE.into(), parameters: v, path: "plugins[0]".into() };
-        assert_eq!(build(&spec(serde_json::json!({"concurrencyMode": "bytes"})), &BuildContext::default()).unwrap_err().path, "plugins[0].parameters.concurrencyMode");
-        assert_eq!(build(&spec(serde_json::json!({"concurrencyMode": "tokens", "maxTokenConcurrency": 0})), &BuildContext::default()).unwrap_err().path, "plugins[0].parameters.maxTokenConcurrency");
+        let spec =
+            |v| PluginSpec { name: "c".into(), type_name: TYPE.into(), parameters: v, path: "plugins[0]".into() };
+        assert_eq!(
+            build(&spec(serde_json::json!({"concurrencyMode": "bytes"})), &BuildContext::default()).unwrap_err().path,
+            "plugins[0].parameters.concurrencyMode"
+        );
+        assert_eq!(
+            build(
+                &spec(serde_json::json!({"concurrencyMode": "tokens", "maxTokenConcurrency": 0})),
+                &BuildContext::default()
+            )
+            .unwrap_err()
+            .path,
+            "plugins[0].parameters.maxTokenConcurrency"
+        );
     }
 }

@@ -71,7 +71,11 @@ pub fn build(spec: &PluginSpec, _: &BuildContext) -> Result<PluginInstance, Buil
             return Err(BuildError::new(format!("{path}.key"), "must not be empty"));
         }
         if needs_values == r.values.is_empty() {
-            let msg = if needs_values { "In and NotIn need at least one value" } else { "Exists and DoesNotExist take no values" };
+            let msg = if needs_values {
+                "In and NotIn need at least one value"
+            } else {
+                "Exists and DoesNotExist take no values"
+            };
             return Err(BuildError::new(format!("{path}.values"), msg));
         }
     }
@@ -106,9 +110,13 @@ mod tests {
     use crate::test_util::{context_for, endpoint};
 
     fn filter(params: serde_json::Value) -> Result<LabelSelectorFilter, BuildError> {
-        let spec = PluginSpec { name: "f".into(), type_name: TYPE.into(), parameters: params, path: "plugins[0]".into() };
+        let spec =
+            PluginSpec { name: "f".into(), type_name: TYPE.into(), parameters: params, path: "plugins[0]".into() };
         let inst = build(&spec, &BuildContext::default())?;
-        Ok(LabelSelectorFilter { params: serde_json::from_value(spec.parameters).unwrap_or_default() }).map(|f| { drop(inst); f })
+        Ok(LabelSelectorFilter { params: serde_json::from_value(spec.parameters).unwrap_or_default() }).map(|f| {
+            drop(inst);
+            f
+        })
     }
 
     #[test]
@@ -131,7 +139,10 @@ mod tests {
     fn malformed_requirements_are_errors() {
         let e = filter(serde_json::json!({"matchExpressions": [{"key": "k", "operator": "In"}]})).unwrap_err();
         assert_eq!(e.path, "plugins[0].parameters.matchExpressions[0].values");
-        assert!(filter(serde_json::json!({"matchExpressions": [{"key": "k", "operator": "Matches", "values": ["x"]}]})).is_err());
+        assert!(
+            filter(serde_json::json!({"matchExpressions": [{"key": "k", "operator": "Matches", "values": ["x"]}]}))
+                .is_err()
+        );
         assert!(filter(serde_json::json!({"selector": {}})).is_err());
     }
 }

@@ -19,7 +19,14 @@ pub(crate) mod contract {
         let data = Default::default();
         let cx = context_for(&request, &data);
         let input: Vec<_> = (0..6)
-            .map(|i| endpoint(&format!("e{i}")).waiting(i * 3).kv_usage(0.2 * i as f64).fresh(i % 2 == 0).role(["prefill", "decode", "both"][i as usize % 3]).build())
+            .map(|i| {
+                endpoint(&format!("e{i}"))
+                    .waiting(i * 3)
+                    .kv_usage(0.2 * i as f64)
+                    .fresh(i % 2 == 0)
+                    .role(["prefill", "decode", "both"][i as usize % 3])
+                    .build()
+            })
             .collect();
         let ids: Vec<String> = input.iter().map(|c| c.id().to_string()).collect();
         let out = filter.filter(&cx, input);

@@ -91,8 +91,18 @@ pub fn build(spec: &PluginSpec, _: &BuildContext) -> Result<PluginInstance, Buil
     }
     match p.ttft_source.as_str() {
         "prefillThroughput" => {}
-        "latencyPredictor" => return Err(BuildError::new(at("ttftSource"), "latencyPredictor is not available in this build; use prefillThroughput")),
-        other => return Err(BuildError::new(at("ttftSource"), format!("unknown source {other:?} (prefillThroughput or latencyPredictor)"))),
+        "latencyPredictor" => {
+            return Err(BuildError::new(
+                at("ttftSource"),
+                "latencyPredictor is not available in this build; use prefillThroughput",
+            ));
+        }
+        other => {
+            return Err(BuildError::new(
+                at("ttftSource"),
+                format!("unknown source {other:?} (prefillThroughput or latencyPredictor)"),
+            ));
+        }
     }
     if p.max_ttft_penalty_ms > 0.0 && !(p.peak_prefill_throughput > 0.0) {
         return Err(BuildError::new(at("peakPrefillThroughput"), "must be > 0 when maxTTFTPenaltyMs > 0"));
@@ -121,7 +131,10 @@ impl Consumer for PrefixAffinityFilter {
 impl PrefixAffinityFilter {
     fn sticky_mask(&self, cx: &SchedulingContext<'_>, candidates: &[Candidate]) -> Option<Vec<bool>> {
         let m = cx.data.prefix(self.prefix.as_deref()).filter(|m| m.total_blocks > 0)?;
-        let mask: Vec<bool> = candidates.iter().map(|c| m.get(c.id()).match_blocks as f64 / m.total_blocks as f64 >= self.threshold).collect();
+        let mask: Vec<bool> = candidates
+            .iter()
+            .map(|c| m.get(c.id()).match_blocks as f64 / m.total_blocks as f64 >= self.threshold)
+            .collect();
         mask.contains(&true).then_some(mask)
     }
 
@@ -131,15 +144,27 @@ impl PrefixAffinityFilter {
             return false;
         }
         let loads = cx.data.inflight(self.inflight.as_deref());
-        let ttft = |c: &Candidate| loads.and_then(|l| l.per_endpoint.get(c.id())).map_or(0, |(_, t)| *t) as f64 / self.throughput * 1000.0;
-        let min_of = |want: bool| candidates.iter().zip(sticky).filter(|(_, s)| **s == want).map(|(c, _)| ttft(c)).fold(f64::INFINITY, f64::min);
+        let ttft = |c: &Candidate| {
+            loads.and_then(|l| l.per_endpoint.get(c.id())).map_or(0, |(_, t)| *t) as f64 / self.throughput * 1000.0
+        };
+        let min_of = |want: bool| {
+            candidates
+                .iter()
+                .zip(sticky)
+                .filter(|(_, s)| **s == want)
+                .map(|(c, _)| ttft(c))
+                .fold(f64::INFINITY, f64::min)
+        };
         min_of(true) - min_of(false) > self.penalty_ms
     }
 }
 
 impl Filter for PrefixAffinityFilter {
     fn filter(&self, cx: &SchedulingContext<'_>, candidates: Vec<Candidate>) -> Vec<Candidate> {
-        if self.threshold <= 0.0 || candidates.len() <= 1 || (self.exploration > 0.0 && rand::random::<f64>() < self.exploration) {
+        if self.threshold <= 0.0
+            || candidates.len() <= 1
+            || (self.exploration > 0.0 && rand::random::<f64>() < self.exploration)
+        {
             return candidates;
         }
         let Some(sticky) = self.sticky_mask(cx, &candidates) else { return candidates };
@@ -172,7 +197,14 @@ mod tests {
     }
 
     fn filter(penalty_ms: f64) -> PrefixAffinityFilter {
-        PrefixAffinityFilter { threshold: 0.8, exploration: 0.0, penalty_ms, throughput: 1000.0, prefix: None, inflight: None }
+        PrefixAffinityFilter {
+            threshold: 0.8,
+            exploration: 0.0,
+            penalty_ms,
+            throughput: 1000.0,
+            prefix: None,
+            inflight: None,
+        }
     }
 
     fn kept(f: &PrefixAffinityFilter, d: &RequestData) -> Vec<String> {
@@ -198,11 +230,21 @@ mod tests {
 
     #[test]
     fn parameter_ranges() {
-        let spec = |v| PluginSpec { name: "f".into(), type_name: TYPE.into(), parameters: v, path: "plugins[7]".into() };
+        let spec =
+            |v| PluginSpec { name: "f".into(), type_name: TYPE.into(), parameters: v, path: "plugins[7]".into() };
         let err = |v| build(&spec(v), &BuildContext::default()).unwrap_err().path;
         assert_eq!(err(serde_json::json!({"affinityThreshold": 1.5})), "plugins[7].parameters.affinityThreshold");
-        assert_eq!(err(serde_json::json!({"explorationProbability": 2})), "plugins[7].parameters.explorationProbability");
+        assert_eq!(
+            err(serde_json::json!({"explorationProbability": 2})),
+            "plugins[7].parameters.explorationProbability"
+        );
         assert_eq!(err(serde_json::json!({"peakPrefillThroughput": 0})), "plugins[7].parameters.peakPrefillThroughput");
-        assert!(build(&spec(serde_json::json!({"peakPrefillThroughput": 20000, "maxTTFTPenaltyMs": 5000})), &BuildContext::default()).is_ok());
+        assert!(
+            build(
+                &spec(serde_json::json!({"peakPrefillThroughput": 20000, "maxTTFTPenaltyMs": 5000})),
+                &BuildContext::default()
+            )
+            .is_ok()
+        );
     }
 }

@@ -28,11 +28,16 @@ pub struct RoleFilter {
 }
 
 /// The decode role filter.
-pub const DECODE_FILTER: RoleFilter = RoleFilter { roles: &["decode", "prefill-decode", "both", "encode-prefill-decode"], keep_unlabeled: true };
+pub const DECODE_FILTER: RoleFilter =
+    RoleFilter { roles: &["decode", "prefill-decode", "both", "encode-prefill-decode"], keep_unlabeled: true };
 /// The prefill role filter.
-pub const PREFILL_FILTER: RoleFilter = RoleFilter { roles: &["prefill", "encode-prefill", "prefill-decode", "both", "encode-prefill-decode"], keep_unlabeled: false };
+pub const PREFILL_FILTER: RoleFilter = RoleFilter {
+    roles: &["prefill", "encode-prefill", "prefill-decode", "both", "encode-prefill-decode"],
+    keep_unlabeled: false,
+};
 /// The encode role filter.
-pub const ENCODE_FILTER: RoleFilter = RoleFilter { roles: &["encode", "encode-prefill", "encode-prefill-decode"], keep_unlabeled: false };
+pub const ENCODE_FILTER: RoleFilter =
+    RoleFilter { roles: &["encode", "encode-prefill", "encode-prefill-decode"], keep_unlabeled: false };
 
 fn build_with(spec: &PluginSpec, type_name: &'static str, filter: RoleFilter) -> Result<PluginInstance, BuildError> {
     let _: NoParams = decode_params(spec)?;

@@ -122,7 +122,12 @@ mod tests {
     use crate::test_util::{context_for, endpoint};
 
     fn detector() -> UtilizationDetector {
-        UtilizationDetector { queue_threshold: 5.0, kv_threshold: 0.8, staleness: Duration::from_millis(200), headroom: 0.0 }
+        UtilizationDetector {
+            queue_threshold: 5.0,
+            kv_threshold: 0.8,
+            staleness: Duration::from_millis(200),
+            headroom: 0.0,
+        }
     }
 
     #[test]

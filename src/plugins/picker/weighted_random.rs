@@ -25,7 +25,8 @@ pub struct WeightedRandomPicker {
 /// Factory.
 pub fn build(spec: &PluginSpec, _: &BuildContext) -> Result<PluginInstance, BuildError> {
     let params: PickerParams = decode_params(spec)?;
-    Ok(PluginInstance::new(spec.name.clone(), TYPE).with_picker(Arc::new(WeightedRandomPicker { count: params.count() })))
+    Ok(PluginInstance::new(spec.name.clone(), TYPE)
+        .with_picker(Arc::new(WeightedRandomPicker { count: params.count() })))
 }
 
 impl Picker for WeightedRandomPicker {

@@ -94,7 +94,11 @@ pub struct CoreMetricsExtractorParams {
 
 impl Default for CoreMetricsExtractorParams {
     fn default() -> Self {
-        Self { engine_label_key: "llm-d.ai/engine-type".into(), default_engine: "vllm".into(), engine_configs: Vec::new() }
+        Self {
+            engine_label_key: "llm-d.ai/engine-type".into(),
+            default_engine: "vllm".into(),
+            engine_configs: Vec::new(),
+        }
     }
 }
 
@@ -113,7 +117,10 @@ fn metrics_data_source(spec: &PluginSpec, _: &BuildContext) -> Result<PluginInst
         return Err(BuildError::new(format!("{}.parameters.scheme", spec.path), "must be http or https"));
     }
     if p.scheme == "https" {
-        return Err(BuildError::new(format!("{}.parameters.scheme", spec.path), "https scraping is not supported yet; use http"));
+        return Err(BuildError::new(
+            format!("{}.parameters.scheme", spec.path),
+            "https scraping is not supported yet; use http",
+        ));
     }
     Ok(PluginInstance::new(spec.name.clone(), "metrics-data-source").passive())
 }

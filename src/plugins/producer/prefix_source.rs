@@ -39,7 +39,8 @@ impl<T: PrefixSource> DataProducer for T {
         let Some(tokens) = data.tokens.clone() else { return };
         let (block_size, keys) = self.prompt_keys(request, &tokens, candidates);
         let per_endpoint = self.lookup(&keys, candidates);
-        let matches = PrefixMatches { block_size_tokens: block_size, total_blocks: keys.len(), keys: keys.into(), per_endpoint };
+        let matches =
+            PrefixMatches { block_size_tokens: block_size, total_blocks: keys.len(), keys: keys.into(), per_endpoint };
         data.prefix.push((self.source_name().clone(), Arc::new(matches)));
     }
 

@@ -75,7 +75,11 @@ pub struct VllmParams {
 
 impl Default for VllmParams {
     fn default() -> Self {
-        Self { url: "http://localhost:8000".into(), timeout: Duration::from_secs(5), mm_timeout: Duration::from_secs(30) }
+        Self {
+            url: "http://localhost:8000".into(),
+            timeout: Duration::from_secs(5),
+            mm_timeout: Duration::from_secs(30),
+        }
     }
 }
 
@@ -99,7 +103,13 @@ pub struct LocalParams {
 
 impl Default for LocalParams {
     fn default() -> Self {
-        Self { models: BTreeMap::new(), timeout: Duration::from_millis(400), workers: 0, cache_entries: 128, cache_bytes: 64 << 20 }
+        Self {
+            models: BTreeMap::new(),
+            timeout: Duration::from_millis(400),
+            workers: 0,
+            cache_entries: 128,
+            cache_bytes: 64 << 20,
+        }
     }
 }
 
@@ -121,7 +131,10 @@ pub fn build(spec: &PluginSpec, cx: &BuildContext) -> Result<PluginInstance, Bui
         return Err(BuildError::new(at(""), "set exactly one backend: `estimate`, `vllm` or `local`"));
     }
     if p.uds_tokenizer_config.is_some() {
-        return Err(BuildError::new(at(".udsTokenizerConfig"), "the UDS tokenizer is not supported; use the `vllm` or `local` backend"));
+        return Err(BuildError::new(
+            at(".udsTokenizerConfig"),
+            "the UDS tokenizer is not supported; use the `vllm` or `local` backend",
+        ));
     }
     let producer = if let Some(v) = &p.vllm {
         TokenProducer::Tokenizer(Arc::new(build_vllm(&p, v, cx, &at)?))
@@ -133,7 +146,12 @@ pub fn build(spec: &PluginSpec, cx: &BuildContext) -> Result<PluginInstance, Bui
     Ok(PluginInstance::new(spec.name.clone(), TYPE).with_producer(Arc::new(producer)))
 }
 
-fn build_vllm(p: &Params, v: &VllmParams, cx: &BuildContext, at: &dyn Fn(&str) -> String) -> Result<Tokenizer, BuildError> {
+fn build_vllm(
+    p: &Params,
+    v: &VllmParams,
+    cx: &BuildContext,
+    at: &dyn Fn(&str) -> String,
+) -> Result<Tokenizer, BuildError> {
     if p.model_name.is_empty() {
         return Err(BuildError::new(at(".modelName"), "required with the `vllm` backend"));
     }
@@ -145,10 +163,19 @@ fn build_vllm(p: &Params, v: &VllmParams, cx: &BuildContext, at: &dyn Fn(&str) -
         return Err(BuildError::new(at(".vllm"), "timeout and mmTimeout must be positive"));
     }
     let client = RenderClient::new(&v.url, &p.model_name, v.timeout);
-    Ok(Tokenizer::new(Backend::Vllm(client), Deadlines { text: v.timeout, multimodal: v.mm_timeout }, cx.metrics.tokenize.clone()))
+    Ok(Tokenizer::new(
+        Backend::Vllm(client),
+        Deadlines { text: v.timeout, multimodal: v.mm_timeout },
+        cx.metrics.tokenize.clone(),
+    ))
 }
 
-fn build_local(p: &Params, l: &LocalParams, cx: &BuildContext, at: &dyn Fn(&str) -> String) -> Result<Tokenizer, BuildError> {
+fn build_local(
+    p: &Params,
+    l: &LocalParams,
+    cx: &BuildContext,
+    at: &dyn Fn(&str) -> String,
+) -> Result<Tokenizer, BuildError> {
     if l.models.is_empty() {
         return Err(BuildError::new(at(".local.models"), "name at least one model directory"));
     }
@@ -158,7 +185,8 @@ fn build_local(p: &Params, l: &LocalParams, cx: &BuildContext, at: &dyn Fn(&str)
     if l.timeout.is_zero() {
         return Err(BuildError::new(at(".local.timeout"), "must be positive"));
     }
-    let entries = NonZeroUsize::new(l.cache_entries).ok_or_else(|| BuildError::new(at(".local.cacheEntries"), "must be >= 1"))?;
+    let entries =
+        NonZeroUsize::new(l.cache_entries).ok_or_else(|| BuildError::new(at(".local.cacheEntries"), "must be >= 1"))?;
     let workers = NonZeroUsize::new(l.workers).unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(NonZeroUsize::MIN, |n| n.min(NonZeroUsize::MIN.saturating_add(3)))
     });
@@ -233,9 +261,12 @@ mod tests {
         assert_eq!(err.path, "plugins[0].parameters");
         let err = build(&spec(serde_json::json!({"vllm": {}})), &cx).expect_err("no model");
         assert_eq!(err.path, "plugins[0].parameters.modelName");
-        let err = build(&spec(serde_json::json!({"modelName": "m", "vllm": {"url": "ftp://x"}})), &cx).expect_err("bad url");
+        let err =
+            build(&spec(serde_json::json!({"modelName": "m", "vllm": {"url": "ftp://x"}})), &cx).expect_err("bad url");
         assert_eq!(err.path, "plugins[0].parameters.vllm.url");
-        let err = build(&spec(serde_json::json!({"modelName": "x", "local": {"models": {"m": fixture("llama3")}}})), &cx).expect_err("unknown fallback");
+        let err =
+            build(&spec(serde_json::json!({"modelName": "x", "local": {"models": {"m": fixture("llama3")}}})), &cx)
+                .expect_err("unknown fallback");
         assert_eq!(err.path, "plugins[0].parameters.modelName");
         let err = build(&spec(serde_json::json!({"udsTokenizerConfig": {}})), &cx).expect_err("uds");
         assert_eq!(err.path, "plugins[0].parameters.udsTokenizerConfig");
@@ -244,9 +275,14 @@ mod tests {
     #[test]
     fn backends_build_and_expose_a_tokenizer() {
         let cx = BuildContext::default();
-        let vllm = build(&spec(serde_json::json!({"modelName": "m", "vllm": {"url": "http://127.0.0.1:1", "timeout": "50ms"}})), &cx).expect("vllm");
+        let vllm = build(
+            &spec(serde_json::json!({"modelName": "m", "vllm": {"url": "http://127.0.0.1:1", "timeout": "50ms"}})),
+            &cx,
+        )
+        .expect("vllm");
         assert!(vllm.producer.as_ref().and_then(|p| p.tokenizer()).is_some());
-        let local = build(&spec(serde_json::json!({"local": {"models": {"m": fixture("mistral")}}})), &cx).expect("local");
+        let local =
+            build(&spec(serde_json::json!({"local": {"models": {"m": fixture("mistral")}}})), &cx).expect("local");
         assert!(local.producer.as_ref().and_then(|p| p.tokenizer()).is_some());
         let est = build(&spec(serde_json::Value::Null), &cx).expect("estimate");
         assert!(est.producer.as_ref().and_then(|p| p.tokenizer()).is_none());
@@ -267,7 +303,8 @@ mod tests {
     #[test]
     fn produce_copies_precomputed_tokens_only() {
         let cx = BuildContext::default();
-        let local = build(&spec(serde_json::json!({"local": {"models": {"m": fixture("mistral")}}})), &cx).expect("local");
+        let local =
+            build(&spec(serde_json::json!({"local": {"models": {"m": fixture("mistral")}}})), &cx).expect("local");
         let producer = local.producer.expect("producer");
         let mut request = crate::test_util::chat_request("m", &["hi"]);
         let mut data = RequestData::default();

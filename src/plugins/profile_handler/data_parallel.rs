@@ -55,7 +55,11 @@ impl ProfileHandler for DataParallelHandler {
         if results.entries.is_empty() { profiles.iter().take(1).cloned().collect() } else { Vec::new() }
     }
 
-    fn process_results(&self, _: &SchedulingContext<'_>, results: ProfileResults) -> Result<SchedulingResult, ScheduleError> {
+    fn process_results(
+        &self,
+        _: &SchedulingContext<'_>,
+        results: ProfileResults,
+    ) -> Result<SchedulingResult, ScheduleError> {
         let Some((name, result)) = results.entries.into_iter().find_map(|(n, r)| r.map(|r| (n, r))) else {
             return Err(ScheduleError::NoResult { reason: "the scheduling profile found no endpoint".into() });
         };

@@ -85,7 +85,11 @@ mod tests {
         let decode = ProfileResult { targets: vec![endpoint("d").build()] };
         let mut v6 = endpoint("p").build();
         let addr = "fd00::1".parse().unwrap();
-        v6.endpoint = Arc::new(Endpoint { address: addr, host_port: crate::endpoints::model::host_port(addr, 8000).into(), ..endpoint("p").endpoint() });
+        v6.endpoint = Arc::new(Endpoint {
+            address: addr,
+            host_port: crate::endpoints::model::host_port(addr, 8000).into(),
+            ..endpoint("p").endpoint()
+        });
         let mut profiles = vec![("decode".into(), decode)];
         if with_prefill {
             profiles.push(("prefill".into(), ProfileResult { targets: vec![v6] }));

@@ -27,7 +27,11 @@ impl ProfileHandler for SingleProfileHandler {
         if results.entries.is_empty() { profiles.to_vec() } else { Vec::new() }
     }
 
-    fn process_results(&self, _: &SchedulingContext<'_>, results: ProfileResults) -> Result<SchedulingResult, ScheduleError> {
+    fn process_results(
+        &self,
+        _: &SchedulingContext<'_>,
+        results: ProfileResults,
+    ) -> Result<SchedulingResult, ScheduleError> {
         let mut ok = results.entries.into_iter().filter_map(|(n, r)| r.map(|r| (n, r)));
         let Some((name, result)) = ok.next() else {
             return Err(ScheduleError::NoResult { reason: "the scheduling profile found no endpoint".into() });

@@ -35,7 +35,12 @@ pub struct Params {
 
 impl Default for Params {
     fn default() -> Self {
-        Self { idle_threshold: 0, max_busy_score: 1.0, in_flight_load_producer_name: String::new(), request_timeout: None }
+        Self {
+            idle_threshold: 0,
+            max_busy_score: 1.0,
+            in_flight_load_producer_name: String::new(),
+            request_timeout: None,
+        }
     }
 }
 
@@ -73,11 +78,18 @@ impl Consumer for ActiveRequestScorer {
 impl Scorer for ActiveRequestScorer {
     fn score(&self, cx: &SchedulingContext<'_>, candidates: &[Candidate]) -> Vec<f64> {
         let loads = cx.data.inflight(self.producer.as_deref());
-        let counts: Vec<u64> = candidates.iter().map(|c| loads.and_then(|l| l.per_endpoint.get(c.id())).map_or(0, |(r, _)| *r)).collect();
+        let counts: Vec<u64> =
+            candidates.iter().map(|c| loads.and_then(|l| l.per_endpoint.get(c.id())).map_or(0, |(r, _)| *r)).collect();
         let max = counts.iter().copied().max().unwrap_or(0);
         counts
             .iter()
-            .map(|&n| if n <= self.idle_threshold || max == 0 { 1.0 } else { (max - n) as f64 / max as f64 * self.max_busy_score })
+            .map(|&n| {
+                if n <= self.idle_threshold || max == 0 {
+                    1.0
+                } else {
+                    (max - n) as f64 / max as f64 * self.max_busy_score
+                }
+            })
             .collect()
     }
 }
@@ -93,7 +105,11 @@ mod tests {
         for (id, r, t) in v {
             l.per_endpoint.insert((*id).into(), (*r, *t));
         }
-        RequestData { inflight: vec![("i".into(), Arc::new(l))], default_inflight_producer: Some("i".into()), ..Default::default() }
+        RequestData {
+            inflight: vec![("i".into(), Arc::new(l))],
+            default_inflight_producer: Some("i".into()),
+            ..Default::default()
+        }
     }
 
     #[test]

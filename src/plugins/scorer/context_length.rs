@@ -85,7 +85,9 @@ impl Scorer for ContextLengthAware {
             .iter()
             .map(|c| match self.range_of(c) {
                 None => 0.5,
-                Some((lo, hi)) if (lo..=hi).contains(&len) => 0.3 + 0.7 * (len + 1) as f64 / ((hi - lo) + len + 1) as f64,
+                Some((lo, hi)) if (lo..=hi).contains(&len) => {
+                    0.3 + 0.7 * (len + 1) as f64 / ((hi - lo) + len + 1) as f64
+                }
                 Some((lo, hi)) => {
                     let d = if len < lo { lo - len } else { len - hi };
                     0.3 * (1.0 - (d as f64 / len.max(1) as f64).min(1.0))

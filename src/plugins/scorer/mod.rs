@@ -43,7 +43,8 @@ pub(crate) mod contract {
         let request = crate::test_util::chat_request("m", &["hello world"]);
         let cx = context_for(&request, data);
         for n in [0usize, 1, 3] {
-            let candidates: Vec<_> = (0..n).map(|i| endpoint(&format!("e{i}")).waiting(i as u64).kv_usage(0.1 * i as f64).build()).collect();
+            let candidates: Vec<_> =
+                (0..n).map(|i| endpoint(&format!("e{i}")).waiting(i as u64).kv_usage(0.1 * i as f64).build()).collect();
             let scores = scorer.score(&cx, &candidates);
             assert_eq!(scores.len(), n);
             assert!(scores.iter().all(|s| (0.0..=1.0).contains(s)), "{scores:?}");

@@ -38,7 +38,12 @@ pub struct Params {
 
 impl Default for Params {
     fn default() -> Self {
-        Self { prefix_plugin_type: None, prefix_plugin_name: None, prefix_match_info_producer_name: String::new(), lru_size: 1024 }
+        Self {
+            prefix_plugin_type: None,
+            prefix_plugin_name: None,
+            prefix_match_info_producer_name: String::new(),
+            lru_size: 1024,
+        }
     }
 }
 
@@ -138,7 +143,9 @@ mod tests {
         let cx = context_for(&request, &data);
         let c = [endpoint("a").build(), endpoint("b").build(), endpoint("c").build()];
         assert_eq!(s.score(&cx, &c), vec![1.0, 0.5, 0.0], "never used: input order");
-        let pick = |id: &str| SchedulingResult::new("d".into(), vec![("d".into(), ProfileResult { targets: vec![endpoint(id).build()] })]);
+        let pick = |id: &str| {
+            SchedulingResult::new("d".into(), vec![("d".into(), ProfileResult { targets: vec![endpoint(id).build()] })])
+        };
         s.pre_request(&cx, &pick("a"), &mut HeaderEdits::default());
         s.pre_request(&cx, &pick("b"), &mut HeaderEdits::default());
         assert_eq!(s.score(&cx, &c), vec![0.5, 0.0, 1.0], "c never used, then a (older), then b");
@@ -149,9 +156,16 @@ mod tests {
     fn any_hit_scores_one_half() {
         let mut m = PrefixMatches { block_size_tokens: 16, total_blocks: 2, ..Default::default() };
         m.per_endpoint.insert("a".into(), MatchInfo { match_blocks: 1, weighted_blocks: 1.0 });
-        let data = RequestData { prefix: vec![("p".into(), Arc::new(m))], default_prefix_producer: Some("p".into()), ..Default::default() };
+        let data = RequestData {
+            prefix: vec![("p".into(), Arc::new(m))],
+            default_prefix_producer: Some("p".into()),
+            ..Default::default()
+        };
         let request = Default::default();
         let s = NoHitLruScorer::new(None, 8);
-        assert_eq!(s.score(&context_for(&request, &data), &[endpoint("a").build(), endpoint("b").build()]), vec![0.5, 0.5]);
+        assert_eq!(
+            s.score(&context_for(&request, &data), &[endpoint("a").build(), endpoint("b").build()]),
+            vec![0.5, 0.5]
+        );
     }
 }

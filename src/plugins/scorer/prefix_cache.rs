@@ -32,7 +32,11 @@ pub struct Params {
 
 impl Default for Params {
     fn default() -> Self {
-        Self { prefix_match_info_producer_name: String::new(), match_length_weight: 0.0, match_length_scale_tokens: 8192 }
+        Self {
+            prefix_match_info_producer_name: String::new(),
+            match_length_weight: 0.0,
+            match_length_scale_tokens: 8192,
+        }
     }
 }
 
@@ -112,7 +116,11 @@ mod tests {
         let mut m = PrefixMatches { block_size_tokens: 64, total_blocks: 4, ..Default::default() };
         m.per_endpoint.insert("a".into(), MatchInfo { match_blocks: 3, weighted_blocks: 3.0 });
         m.per_endpoint.insert("b".into(), MatchInfo { match_blocks: 1, weighted_blocks: 0.8 });
-        RequestData { prefix: vec![("approx".into(), Arc::new(m))], default_prefix_producer: Some("approx".into()), ..Default::default() }
+        RequestData {
+            prefix: vec![("approx".into(), Arc::new(m))],
+            default_prefix_producer: Some("approx".into()),
+            ..Default::default()
+        }
     }
 
     #[test]

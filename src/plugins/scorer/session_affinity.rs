@@ -85,8 +85,18 @@ pub fn build(spec: &PluginSpec, _: &BuildContext) -> Result<PluginInstance, Buil
     let at = |k: &str| format!("{}.parameters.{k}", spec.path);
     match p.strategy.as_str() {
         "encoded_endpoint_header" => {}
-        "session_id" => return Err(BuildError::new(at("strategy"), "the session_id strategy is not available in this build; use encoded_endpoint_header")),
-        other => return Err(BuildError::new(at("strategy"), format!("unknown strategy {other:?} (encoded_endpoint_header or session_id)"))),
+        "session_id" => {
+            return Err(BuildError::new(
+                at("strategy"),
+                "the session_id strategy is not available in this build; use encoded_endpoint_header",
+            ));
+        }
+        other => {
+            return Err(BuildError::new(
+                at("strategy"),
+                format!("unknown strategy {other:?} (encoded_endpoint_header or session_id)"),
+            ));
+        }
     }
     if p.encoded_endpoint_header_config.header.is_empty() {
         return Err(BuildError::new(at("encodedEndpointHeaderConfig.header"), "must not be empty"));
@@ -105,7 +115,12 @@ pub fn encode_token(endpoint_id: &str) -> String {
 
 impl Scorer for SessionAffinity {
     fn score(&self, cx: &SchedulingContext<'_>, candidates: &[Candidate]) -> Vec<f64> {
-        let target = cx.request.headers.get(&self.header).and_then(|t| STANDARD.decode(t.trim()).ok()).and_then(|b| String::from_utf8(b).ok());
+        let target = cx
+            .request
+            .headers
+            .get(&self.header)
+            .and_then(|t| STANDARD.decode(t.trim()).ok())
+            .and_then(|b| String::from_utf8(b).ok());
         candidates.iter().map(|c| if target.as_deref() == Some(&**c.id()) { 1.0 } else { 0.0 }).collect()
     }
 }
@@ -131,11 +146,17 @@ mod tests {
     #[test]
     fn token_round_trip() {
         let s = SessionAffinity { header: SESSION_TOKEN.into(), profile: None };
-        let result = SchedulingResult::new("d".into(), vec![("d".into(), ProfileResult { targets: vec![endpoint("pod-b").build()] })]);
+        let result = SchedulingResult::new(
+            "d".into(),
+            vec![("d".into(), ProfileResult { targets: vec![endpoint("pod-b").build()] })],
+        );
         let mut edits = HeaderEdits::default();
         s.edit_response_headers(&InferenceRequest::default(), &result, &mut edits);
         assert_eq!(edits.set, vec![(SESSION_TOKEN.to_string(), encode_token("pod-b"))]);
-        let request = InferenceRequest { headers: RequestHeaders { all: vec![(SESSION_TOKEN.into(), encode_token("pod-b"))] }, ..Default::default() };
+        let request = InferenceRequest {
+            headers: RequestHeaders { all: vec![(SESSION_TOKEN.into(), encode_token("pod-b"))] },
+            ..Default::default()
+        };
         let data = Default::default();
         let c = [endpoint("pod-a").build(), endpoint("pod-b").build()];
         assert_eq!(s.score(&context_for(&request, &data), &c), vec![0.0, 1.0]);
@@ -146,7 +167,12 @@ mod tests {
 
     #[test]
     fn session_id_strategy_is_rejected_with_a_path() {
-        let spec = PluginSpec { name: "s".into(), type_name: TYPE.into(), parameters: serde_json::json!({"strategy": "session_id"}), path: "plugins[0]".into() };
+        let spec = PluginSpec {
+            name: "s".into(),
+            type_name: TYPE.into(),
+            parameters: serde_json::json!({"strategy": "session_id"}),
+            path: "plugins[0]".into(),
+        };
         assert_eq!(build(&spec, &BuildContext::default()).unwrap_err().path, "plugins[0].parameters.strategy");
     }
 }

@@ -77,7 +77,11 @@ mod tests {
         l.uncached_tokens.insert("a".into(), 200);
         l.uncached_tokens.insert("b".into(), 250);
         l.per_endpoint.insert("c".into(), (9, 5000));
-        let data = RequestData { inflight: vec![("i".into(), Arc::new(l))], default_inflight_producer: Some("i".into()), ..Default::default() };
+        let data = RequestData {
+            inflight: vec![("i".into(), Arc::new(l))],
+            default_inflight_producer: Some("i".into()),
+            ..Default::default()
+        };
         let request = Default::default();
         let s = TokenLoadScorer { threshold: 1000.0, producer: None };
         let c = [endpoint("a").build(), endpoint("b").build(), endpoint("c").build(), endpoint("z").build()];

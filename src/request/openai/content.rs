@@ -117,9 +117,7 @@ impl<'de> Deserialize<'de> for Elem {
                 Ok(Elem::Str(v))
             }
             fn visit_u64<E: de::Error>(self, v: u64) -> Result<Elem, E> {
-                u32::try_from(v)
-                    .map(Elem::Int)
-                    .map_err(|_| E::custom("token id out of range"))
+                u32::try_from(v).map(Elem::Int).map_err(|_| E::custom("token id out of range"))
             }
             fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Elem, A::Error> {
                 Vec::<u32>::deserialize(de::value::SeqAccessDeserializer::new(seq)).map(Elem::Ints)
@@ -147,10 +145,7 @@ fn no_content() -> MessageContent {
 impl<'de> Deserialize<'de> for ChatMessage {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<ChatMessage, D::Error> {
         let repr = MessageRepr::deserialize(deserializer)?;
-        Ok(ChatMessage {
-            role: repr.role.unwrap_or_default(),
-            content: repr.content,
-        })
+        Ok(ChatMessage { role: repr.role.unwrap_or_default(), content: repr.content })
     }
 }
 
@@ -182,10 +177,7 @@ impl<'de> Deserialize<'de> for MessageContent {
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<MessageContent, A::Error> {
                 let mut parts = Vec::with_capacity(seq.size_hint().unwrap_or(2));
                 while let Some(p) = seq.next_element::<PartRepr>()? {
-                    parts.push(ContentPart {
-                        kind: p.kind.unwrap_or_default(),
-                        text: p.text,
-                    });
+                    parts.push(ContentPart { kind: p.kind.unwrap_or_default(), text: p.text });
                 }
                 Ok(MessageContent::Parts(parts))
             }

@@ -14,8 +14,8 @@ use serde_json::value::RawValue;
 
 use super::content::RawInput;
 use super::{
-    ApiKind, BodyError, ChatMessage, ChatPrompt, EmbeddingsInput, ParsedBody, Prompt, RawJson,
-    ResponsesInput, ResponsesPrompt,
+    ApiKind, BodyError, ChatMessage, ChatPrompt, EmbeddingsInput, ParsedBody, Prompt, RawJson, ResponsesInput,
+    ResponsesPrompt,
 };
 
 /// The body as read, before per-API validation.
@@ -54,10 +54,7 @@ impl RawBody {
         let prompt = match api {
             ApiKind::Completions => completions_prompt(self.prompt)?,
             ApiKind::ChatCompletions => match self.messages {
-                Some(messages) if !messages.is_empty() => Prompt::Chat(ChatPrompt {
-                    messages,
-                    tools: self.tools,
-                }),
+                Some(messages) if !messages.is_empty() => Prompt::Chat(ChatPrompt { messages, tools: self.tools }),
                 _ => return Err(BodyError::NoMessages),
             },
             ApiKind::Responses => {
@@ -69,11 +66,7 @@ impl RawBody {
                     Some(_) => return Err(BodyError::UnsupportedShape { field: "input" }),
                 };
                 let instructions = self.instructions;
-                Prompt::Responses(ResponsesPrompt {
-                    instructions,
-                    input,
-                    tools: self.tools,
-                })
+                Prompt::Responses(ResponsesPrompt { instructions, input, tools: self.tools })
             }
             ApiKind::Conversations => match self.items {
                 Some(RawInput::Items(items)) if !items.is_empty() => Prompt::Conversations(items),
@@ -88,10 +81,7 @@ impl RawBody {
             prompt,
             cache_salt: self.cache_salt,
             stream: self.stream,
-            max_output_tokens: self
-                .max_tokens
-                .or(self.max_completion_tokens)
-                .or(self.max_output_tokens),
+            max_output_tokens: self.max_tokens.or(self.max_completion_tokens).or(self.max_output_tokens),
         })
     }
 }
@@ -151,8 +141,7 @@ impl<'de> Visitor<'de> for BodySeed {
                     let raw: &RawValue = map.next_value()?;
                     body.model = match raw.get() {
                         "null" => ModelField::Missing,
-                        text => serde_json::from_str(text)
-                            .map_or(ModelField::NotString, ModelField::Str),
+                        text => serde_json::from_str(text).map_or(ModelField::NotString, ModelField::Str),
                     };
                 }
                 (Key::Prompt, Completions) => body.prompt = map.next_value()?,
@@ -167,9 +156,7 @@ impl<'de> Visitor<'de> for BodySeed {
                 (Key::CacheSalt, _) => body.cache_salt = lenient_string(&mut map)?,
                 (Key::Stream, _) => body.stream = map.next_value::<&RawValue>()?.get() == "true",
                 (Key::MaxTokens, _) => body.max_tokens = lenient_u64(&mut map)?,
-                (Key::MaxCompletionTokens, _) => {
-                    body.max_completion_tokens = lenient_u64(&mut map)?
-                }
+                (Key::MaxCompletionTokens, _) => body.max_completion_tokens = lenient_u64(&mut map)?,
                 (Key::MaxOutputTokens, _) => body.max_output_tokens = lenient_u64(&mut map)?,
                 _ => {
                     map.next_value::<IgnoredAny>()?;

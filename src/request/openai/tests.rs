@@ -2,11 +2,7 @@ use super::*;
 
 macro_rules! fixture {
     ($name:literal) => {
-        include_str!(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/fixtures/requests/",
-            $name
-        ))
+        include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/requests/", $name))
     };
 }
 
@@ -18,10 +14,7 @@ fn parse(api: ApiKind, body: &str) -> Result<ParsedBody, BodyError> {
 fn api_kind_from_path_suffixes_and_query() {
     let cases = [
         ("/v1/chat/completions", ApiKind::ChatCompletions),
-        (
-            "/v1/chat/completions?x=/embeddings",
-            ApiKind::ChatCompletions,
-        ),
+        ("/v1/chat/completions?x=/embeddings", ApiKind::ChatCompletions),
         ("/v1/completions", ApiKind::Completions),
         ("/v1/responses", ApiKind::Responses),
         ("/v1/conversations", ApiKind::Conversations),
@@ -48,20 +41,10 @@ fn completions_string_fixture() {
 #[test]
 fn completions_token_id_fixtures() {
     let p = parse(ApiKind::Completions, fixture!("completions_token_ids.json")).unwrap();
-    assert_eq!(
-        p.prompt,
-        Prompt::TokenIds(vec![vec![128000, 791, 6864, 315, 9822, 374]])
-    );
+    assert_eq!(p.prompt, Prompt::TokenIds(vec![vec![128000, 791, 6864, 315, 9822, 374]]));
     assert!(p.stream);
-    let p = parse(
-        ApiKind::Completions,
-        fixture!("completions_token_lists.json"),
-    )
-    .unwrap();
-    assert_eq!(
-        p.prompt,
-        Prompt::TokenIds(vec![vec![128000, 9906], vec![128000, 13347, 1070]])
-    );
+    let p = parse(ApiKind::Completions, fixture!("completions_token_lists.json")).unwrap();
+    assert_eq!(p.prompt, Prompt::TokenIds(vec![vec![128000, 9906], vec![128000, 13347, 1070]]));
     assert!(!p.stream, "a string \"true\" is not streaming");
 }
 
@@ -70,25 +53,15 @@ fn chat_fixture_with_parts_tools_and_null_content() {
     let p = parse(ApiKind::ChatCompletions, fixture!("chat_parts_tools.json")).unwrap();
     assert_eq!(p.max_output_tokens, Some(128));
     assert!(p.stream);
-    let Prompt::Chat(chat) = p.prompt else {
-        panic!("not chat: {:?}", p.prompt)
-    };
+    let Prompt::Chat(chat) = p.prompt else { panic!("not chat: {:?}", p.prompt) };
     assert_eq!(chat.messages.len(), 4);
-    assert_eq!(
-        chat.messages[0].content,
-        MessageContent::Text("You are a helpful assistant.".into())
-    );
-    let MessageContent::Parts(parts) = &chat.messages[1].content else {
-        panic!("no parts")
-    };
+    assert_eq!(chat.messages[0].content, MessageContent::Text("You are a helpful assistant.".into()));
+    let MessageContent::Parts(parts) = &chat.messages[1].content else { panic!("no parts") };
     let kinds: Vec<_> = parts.iter().map(|p| p.kind.as_str()).collect();
     assert_eq!(kinds, ["text", "image_url", "text"]);
     assert_eq!(parts[1].text, None);
     assert_eq!(chat.messages[2].content, MessageContent::None);
-    assert_eq!(
-        chat.messages[3].content,
-        MessageContent::Text("a cat \"Tom\" é".into())
-    );
+    assert_eq!(chat.messages[3].content, MessageContent::Text("a cat \"Tom\" é".into()));
     let tools = chat.tools.expect("tools");
     assert!(tools.get().starts_with("[\n    {\"type\": \"function\""));
 }
@@ -97,21 +70,15 @@ fn chat_fixture_with_parts_tools_and_null_content() {
 fn responses_fixture() {
     let p = parse(ApiKind::Responses, fixture!("responses.json")).unwrap();
     assert_eq!(p.max_output_tokens, Some(200));
-    let Prompt::Responses(r) = p.prompt else {
-        panic!("not responses")
-    };
+    let Prompt::Responses(r) = p.prompt else { panic!("not responses") };
     assert_eq!(r.instructions.as_deref(), Some("Answer briefly."));
     assert!(r.tools.is_some());
-    let ResponsesInput::Items(items) = r.input else {
-        panic!("not items")
-    };
+    let ResponsesInput::Items(items) = r.input else { panic!("not items") };
     assert_eq!(items[0].role, "user");
     assert_eq!(items[1].role, "");
     assert_eq!(items[1].content, MessageContent::None);
     let p = parse(ApiKind::Responses, r#"{"model":"m","input":"hi"}"#).unwrap();
-    let Prompt::Responses(r) = p.prompt else {
-        panic!("not responses")
-    };
+    let Prompt::Responses(r) = p.prompt else { panic!("not responses") };
     assert_eq!(r.input, ResponsesInput::Text("hi".into()));
 }
 
@@ -120,19 +87,13 @@ fn conversations_and_embeddings_fixtures() {
     let p = parse(ApiKind::Conversations, fixture!("conversations.json")).unwrap();
     assert!(matches!(&p.prompt, Prompt::Conversations(items) if items.len() == 1));
     let p = parse(ApiKind::Embeddings, fixture!("embeddings.json")).unwrap();
-    let Prompt::Embeddings(EmbeddingsInput::Texts(texts)) = p.prompt else {
-        panic!()
-    };
+    let Prompt::Embeddings(EmbeddingsInput::Texts(texts)) = p.prompt else { panic!() };
     assert_eq!(texts.len(), 2);
 }
 
 #[test]
 fn malformed_fixtures_are_rejected() {
-    let err = parse(
-        ApiKind::ChatCompletions,
-        fixture!("malformed_truncated.json"),
-    )
-    .unwrap_err();
+    let err = parse(ApiKind::ChatCompletions, fixture!("malformed_truncated.json")).unwrap_err();
     assert!(matches!(err, BodyError::Json(_)));
     let err = parse(ApiKind::Completions, fixture!("malformed_not_object.json")).unwrap_err();
     assert!(matches!(err, BodyError::NotObject));
@@ -149,11 +110,7 @@ fn model_must_be_a_string() {
     assert!(matches!(err, BodyError::ModelNotString));
     let err = parse(ApiKind::Completions, r#"{"model":null,"prompt":"x"}"#).unwrap_err();
     assert!(matches!(err, BodyError::ModelMissing));
-    let p = parse(
-        ApiKind::Completions,
-        r#"{"model":"a\"b\u00e9","prompt":"x"}"#,
-    )
-    .unwrap();
+    let p = parse(ApiKind::Completions, r#"{"model":"a\"b\u00e9","prompt":"x"}"#).unwrap();
     assert_eq!(p.model, "a\"bé");
 }
 
@@ -162,42 +119,16 @@ fn per_api_validation_rules() {
     use BodyError::*;
     type Case = (ApiKind, &'static str, fn(&BodyError) -> bool);
     let cases: [Case; 10] = [
-        (ApiKind::ChatCompletions, r#"{"model":"m"}"#, |e| {
-            matches!(e, NoMessages)
-        }),
-        (
-            ApiKind::ChatCompletions,
-            r#"{"model":"m","messages":[]}"#,
-            |e| matches!(e, NoMessages),
-        ),
-        (ApiKind::Completions, r#"{"model":"m"}"#, |e| {
-            matches!(e, EmptyPrompt)
-        }),
-        (ApiKind::Completions, r#"{"model":"m","prompt":""}"#, |e| {
-            matches!(e, EmptyPrompt)
-        }),
-        (ApiKind::Completions, r#"{"model":"m","prompt":[]}"#, |e| {
-            matches!(e, EmptyPrompt)
-        }),
-        (ApiKind::Embeddings, r#"{"model":"m","input":[]}"#, |e| {
-            matches!(e, EmptyEmbeddingsInput)
-        }),
-        (ApiKind::Responses, r#"{"model":"m"}"#, |e| {
-            matches!(e, MissingResponsesInput)
-        }),
-        (ApiKind::Conversations, r#"{"model":"m","items":[]}"#, |e| {
-            matches!(e, NoItems)
-        }),
-        (
-            ApiKind::Completions,
-            r#"{"model":"m","prompt":[1,"a"]}"#,
-            |e| matches!(e, Json(_)),
-        ),
-        (
-            ApiKind::Completions,
-            r#"{"model":"m","prompt":[-1]}"#,
-            |e| matches!(e, Json(_)),
-        ),
+        (ApiKind::ChatCompletions, r#"{"model":"m"}"#, |e| matches!(e, NoMessages)),
+        (ApiKind::ChatCompletions, r#"{"model":"m","messages":[]}"#, |e| matches!(e, NoMessages)),
+        (ApiKind::Completions, r#"{"model":"m"}"#, |e| matches!(e, EmptyPrompt)),
+        (ApiKind::Completions, r#"{"model":"m","prompt":""}"#, |e| matches!(e, EmptyPrompt)),
+        (ApiKind::Completions, r#"{"model":"m","prompt":[]}"#, |e| matches!(e, EmptyPrompt)),
+        (ApiKind::Embeddings, r#"{"model":"m","input":[]}"#, |e| matches!(e, EmptyEmbeddingsInput)),
+        (ApiKind::Responses, r#"{"model":"m"}"#, |e| matches!(e, MissingResponsesInput)),
+        (ApiKind::Conversations, r#"{"model":"m","items":[]}"#, |e| matches!(e, NoItems)),
+        (ApiKind::Completions, r#"{"model":"m","prompt":[1,"a"]}"#, |e| matches!(e, Json(_))),
+        (ApiKind::Completions, r#"{"model":"m","prompt":[-1]}"#, |e| matches!(e, Json(_))),
     ];
     for (api, body, check) in cases {
         let err = parse(api, body).unwrap_err();
@@ -227,36 +158,21 @@ fn lenient_scalars_and_max_token_precedence() {
 fn rewrite_model_splices_only_the_model_value() {
     let body = br#"{ "a": {"model": "inner"}, "model" :  "old" , "n": 1.50 }"#;
     let out = rewrite_model(body, "new\"x").unwrap();
-    assert_eq!(
-        std::str::from_utf8(&out).unwrap(),
-        r#"{ "a": {"model": "inner"}, "model" :  "new\"x" , "n": 1.50 }"#
-    );
+    assert_eq!(std::str::from_utf8(&out).unwrap(), r#"{ "a": {"model": "inner"}, "model" :  "new\"x" , "n": 1.50 }"#);
     let fixture = fixture!("chat_parts_tools.json").as_bytes();
     let out = rewrite_model(fixture, "target").unwrap();
     let reparsed = parse_body(ApiKind::ChatCompletions, &out).unwrap();
     let original = parse_body(ApiKind::ChatCompletions, fixture).unwrap();
     assert_eq!(reparsed.model, "target");
     assert_eq!(reparsed.prompt, original.prompt);
-    assert_eq!(
-        out.len(),
-        fixture.len() - "Qwen/Qwen2.5-VL-7B-Instruct".len() + "target".len()
-    );
+    assert_eq!(out.len(), fixture.len() - "Qwen/Qwen2.5-VL-7B-Instruct".len() + "target".len());
 }
 
 #[test]
 fn rewrite_model_errors() {
-    assert!(matches!(
-        rewrite_model(b"{\"prompt\":1}", "x"),
-        Err(BodyError::ModelMissing)
-    ));
-    assert!(matches!(
-        rewrite_model(b"[1]", "x"),
-        Err(BodyError::NotObject)
-    ));
-    assert!(matches!(
-        rewrite_model(b"{\"model\":", "x"),
-        Err(BodyError::Json(_))
-    ));
+    assert!(matches!(rewrite_model(b"{\"prompt\":1}", "x"), Err(BodyError::ModelMissing)));
+    assert!(matches!(rewrite_model(b"[1]", "x"), Err(BodyError::NotObject)));
+    assert!(matches!(rewrite_model(b"{\"model\":", "x"), Err(BodyError::Json(_))));
 }
 
 proptest::proptest! {

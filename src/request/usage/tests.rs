@@ -8,14 +8,7 @@ const CHAT_USAGE: &str = r#"{"id":"x","object":"chat.completion","model":"m","ch
 #[test]
 fn usage_from_chat_completion_body() {
     let u = usage_from_json(CHAT_USAGE.as_bytes()).unwrap();
-    assert_eq!(
-        u,
-        Usage {
-            prompt_tokens: 12,
-            completion_tokens: 3,
-            cached_tokens: Some(8)
-        }
-    );
+    assert_eq!(u, Usage { prompt_tokens: 12, completion_tokens: 3, cached_tokens: Some(8) });
 }
 
 #[test]
@@ -23,24 +16,11 @@ fn usage_from_responses_object_and_embeddings() {
     let body = br#"{"object":"response","usage":{"input_tokens":5,"output_tokens":7,
         "input_tokens_details":{"cached_tokens":0}}}"#;
     let u = usage_from_json(body).unwrap();
-    assert_eq!(
-        u,
-        Usage {
-            prompt_tokens: 5,
-            completion_tokens: 7,
-            cached_tokens: Some(0)
-        }
-    );
+    assert_eq!(u, Usage { prompt_tokens: 5, completion_tokens: 7, cached_tokens: Some(0) });
     let nested = br#"{"type":"response.completed","response":{"usage":{"input_tokens":1,"output_tokens":2}}}"#;
     assert_eq!(usage_from_json(nested).unwrap().completion_tokens, 2);
     let embed = br#"{"data":[],"usage":{"prompt_tokens":4,"total_tokens":4}}"#;
-    assert_eq!(
-        usage_from_json(embed).unwrap(),
-        Usage {
-            prompt_tokens: 4,
-            ..Usage::default()
-        }
-    );
+    assert_eq!(usage_from_json(embed).unwrap(), Usage { prompt_tokens: 4, ..Usage::default() });
     assert_eq!(usage_from_json(br#"{"usage":null}"#), None);
     assert_eq!(usage_from_json(b"not json"), None);
 }
@@ -60,11 +40,7 @@ fn sse_usage_split_across_chunks() {
         "data: [DONE]\n\n"
     )
     .as_bytes();
-    let expected = Some(Usage {
-        prompt_tokens: 9,
-        completion_tokens: 2,
-        cached_tokens: None,
-    });
+    let expected = Some(Usage { prompt_tokens: 9, completion_tokens: 2, cached_tokens: None });
     for split in 0..stream.len() {
         let (a, b) = stream.split_at(split);
         assert_eq!(scan(&[a, b]), expected, "split at {split}");
@@ -78,14 +54,7 @@ fn sse_responses_completed_event() {
     let stream = b"event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"usage\":null}}\n\n\
 event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":3,\"output_tokens\":4,\"input_tokens_details\":{\"cached_tokens\":2}}}}\n\n";
     let u = scan(&[stream]).unwrap();
-    assert_eq!(
-        u,
-        Usage {
-            prompt_tokens: 3,
-            completion_tokens: 4,
-            cached_tokens: Some(2)
-        }
-    );
+    assert_eq!(u, Usage { prompt_tokens: 3, completion_tokens: 4, cached_tokens: Some(2) });
 }
 
 #[test]
@@ -105,15 +74,9 @@ fn sse_without_usage_or_with_overlong_line() {
 fn restore_model_name_variants() {
     let chunk = br#"data: {"id":"1","model":"base-7b","x":{"model":"base-7b"}}"#;
     let out = restore_model_name(chunk, "base-7b", "my-lora").unwrap();
-    assert_eq!(
-        out,
-        br#"data: {"id":"1","model":"my-lora","x":{"model":"my-lora"}}"#
-    );
+    assert_eq!(out, br#"data: {"id":"1","model":"my-lora","x":{"model":"my-lora"}}"#);
     let spaced = br#"{"model": "base-7b"}"#;
-    assert_eq!(
-        restore_model_name(spaced, "base-7b", "a\"b").unwrap(),
-        br#"{"model": "a\"b"}"#
-    );
+    assert_eq!(restore_model_name(spaced, "base-7b", "a\"b").unwrap(), br#"{"model": "a\"b"}"#);
     assert_eq!(restore_model_name(chunk, "same", "same"), None);
     assert_eq!(restore_model_name(chunk, "other", "x"), None);
     // A target that is a prefix of the real name must not match.

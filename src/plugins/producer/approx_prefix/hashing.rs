@@ -18,7 +18,13 @@ pub fn root_key(model: &str, cache_salt: Option<&str>) -> u64 {
 
 /// Block keys of `tokens` cut into blocks of `block_size` (>= 1), at most `max_blocks`
 /// (0 = unlimited).
-pub fn block_keys(model: &str, cache_salt: Option<&str>, tokens: &[u32], block_size: usize, max_blocks: usize) -> Vec<u64> {
+pub fn block_keys(
+    model: &str,
+    cache_salt: Option<&str>,
+    tokens: &[u32],
+    block_size: usize,
+    max_blocks: usize,
+) -> Vec<u64> {
     let block_size = block_size.max(1);
     let mut parent = root_key(model, cache_salt);
     let limit = if max_blocks == 0 { usize::MAX } else { max_blocks };

@@ -48,7 +48,10 @@ pub struct ApproxIndex {
 
 impl Default for ApproxIndex {
     fn default() -> Self {
-        Self { servers: Mutex::new(HashMap::new()), reverse: (0..SHARDS).map(|_| RwLock::new(HashMap::new())).collect() }
+        Self {
+            servers: Mutex::new(HashMap::new()),
+            reverse: (0..SHARDS).map(|_| RwLock::new(HashMap::new())).collect(),
+        }
     }
 }
 
@@ -112,7 +115,9 @@ impl ApproxIndex {
         let removed: Vec<(EndpointId, Vec<u64>)> = {
             let mut servers = self.servers.lock().unwrap_or_else(|p| p.into_inner());
             let gone: Vec<EndpointId> = servers.keys().filter(|id| !keep(id)).cloned().collect();
-            gone.into_iter().filter_map(|id| servers.remove(&id).map(|lru| (id, lru.stamp_of.into_keys().collect()))).collect()
+            gone.into_iter()
+                .filter_map(|id| servers.remove(&id).map(|lru| (id, lru.stamp_of.into_keys().collect())))
+                .collect()
         };
         for (id, keys) in removed {
             for k in keys {

@@ -19,10 +19,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Deserialize;
 
+use super::prefix_source::PrefixSource;
 use crate::endpoints::model::{Candidate, EndpointId};
 use crate::endpoints::store::EndpointStore;
 use crate::plugins::registry::{BuildContext, BuildError, PluginMetrics, PluginSpec, decode_params};
-use super::prefix_source::PrefixSource;
 use crate::plugins::{PluginInstance, PluginName, PreRequest};
 use crate::request::InferenceRequest;
 use crate::scheduling::context::SchedulingContext;

@@ -52,7 +52,13 @@ pub struct Params {
 
 impl Default for Params {
     fn default() -> Self {
-        Self { add_estimated_output_tokens: false, output_ratio: 1.5, max_estimated_output_tokens: None, prefix_match_info_producer_name: String::new(), sync_cross_replica_state: true }
+        Self {
+            add_estimated_output_tokens: false,
+            output_ratio: 1.5,
+            max_estimated_output_tokens: None,
+            prefix_match_info_producer_name: String::new(),
+            sync_cross_replica_state: true,
+        }
     }
 }
 
@@ -72,13 +78,20 @@ pub fn build(spec: &PluginSpec, _: &BuildContext) -> Result<PluginInstance, Buil
     if !(p.output_ratio >= 0.0 && p.output_ratio.is_finite()) {
         return Err(BuildError::new(at("outputRatio"), "must be a finite number >= 0"));
     }
-    let cap = p.max_estimated_output_tokens.map(u64::try_from).transpose().map_err(|_| BuildError::new(at("maxEstimatedOutputTokens"), "must be >= 0"))?;
+    let cap = p
+        .max_estimated_output_tokens
+        .map(u64::try_from)
+        .transpose()
+        .map_err(|_| BuildError::new(at("maxEstimatedOutputTokens"), "must be >= 0"))?;
     let producer = Arc::new(InFlightProducer::new(
         spec.name.clone(),
         Some(p.prefix_match_info_producer_name).filter(|s| !s.is_empty()).map(PluginName::from),
         p.add_estimated_output_tokens.then_some((p.output_ratio, cap)),
     ));
-    Ok(PluginInstance::new(spec.name.clone(), TYPE).with_producer(producer.clone()).with_pre_request(producer.clone()).with_response(producer))
+    Ok(PluginInstance::new(spec.name.clone(), TYPE)
+        .with_producer(producer.clone())
+        .with_pre_request(producer.clone())
+        .with_response(producer))
 }
 
 /// Tokens the request adds to an endpoint given its prefix match (reference formula).

@@ -21,7 +21,9 @@ use crate::endpoints::model::{Candidate, EndpointId};
 use crate::endpoints::store::EndpointStore;
 use crate::kvcache::hashing::HashExtras;
 use crate::kvcache::index::KeyMode;
-use crate::kvcache::{DriftDetector, KvCacheMetrics, KvEventSource, PrefixIndex, Subscriber, SubscriberConfig, SubscriberHandle};
+use crate::kvcache::{
+    DriftDetector, KvCacheMetrics, KvEventSource, PrefixIndex, Subscriber, SubscriberConfig, SubscriberHandle,
+};
 use crate::plugins::registry::{BuildContext, BuildError, PluginSpec, decode_params};
 use crate::plugins::{BackgroundService, PluginInstance, PluginName, ServiceContext, ServiceFuture};
 use crate::request::InferenceRequest;
@@ -42,8 +44,14 @@ pub struct PrecisePrefixProducer {
 }
 
 /// Builds the producer from already decoded parameters (shared with the scorer shim).
-pub fn build_producer(spec: &PluginSpec, params: &Params, cx: &BuildContext) -> Result<Arc<PrecisePrefixProducer>, BuildError> {
-    let derived = params.derive().map_err(|(path, message)| BuildError::new(format!("{}.parameters.{path}", spec.path), message))?;
+pub fn build_producer(
+    spec: &PluginSpec,
+    params: &Params,
+    cx: &BuildContext,
+) -> Result<Arc<PrecisePrefixProducer>, BuildError> {
+    let derived = params
+        .derive()
+        .map_err(|(path, message)| BuildError::new(format!("{}.parameters.{path}", spec.path), message))?;
     Ok(Arc::new(PrecisePrefixProducer {
         name: spec.name.clone(),
         index: Arc::new(PrefixIndex::new(derived.index.clone())),
@@ -77,7 +85,9 @@ impl PrecisePrefixProducer {
         let salt = request.body.as_ref().and_then(|b| b.cache_salt.as_deref());
         match (&self.derived.index.key_mode, &self.derived.engine_hasher) {
             (KeyMode::Request { keyer, block_size }, _) => keyer.prompt_keys(model, salt, tokens, *block_size),
-            (KeyMode::Engine { block_size, .. }, Some(hasher)) => hasher.block_hashes_u64(tokens, *block_size, &HashExtras { lora: None, cache_salt: salt }),
+            (KeyMode::Engine { block_size, .. }, Some(hasher)) => {
+                hasher.block_hashes_u64(tokens, *block_size, &HashExtras { lora: None, cache_salt: salt })
+            }
             (KeyMode::Engine { .. }, None) => Vec::new(),
         }
     }
@@ -124,7 +134,13 @@ fn sources(store: &EndpointStore) -> Vec<KvEventSource> {
 }
 
 /// Follows the store: publishes sources to the subscriber and purges departed endpoints.
-async fn follow_endpoints(store: EndpointStore, tx: watch::Sender<Vec<KvEventSource>>, index: Arc<PrefixIndex>, metrics: Arc<KvCacheMetrics>, cancel: tokio_util::sync::CancellationToken) {
+async fn follow_endpoints(
+    store: EndpointStore,
+    tx: watch::Sender<Vec<KvEventSource>>,
+    index: Arc<PrefixIndex>,
+    metrics: Arc<KvCacheMetrics>,
+    cancel: tokio_util::sync::CancellationToken,
+) {
     let mut changes = store.subscribe();
     let mut known: HashSet<Arc<str>> = tx.borrow().iter().map(|s| s.name.clone()).collect();
     loop {
@@ -151,14 +167,23 @@ impl BackgroundService for PrecisePrefixProducer {
         Box::pin(async move {
             let (tx, rx) = watch::channel(sources(&cx.endpoints));
             let drift = match &self.derived.drift {
-                Some(d) => Some(Arc::new(DriftDetector::try_new(d.clone()).map_err(|e| format!("{}: drift detection: {e}", self.name))?)),
+                Some(d) => Some(Arc::new(
+                    DriftDetector::try_new(d.clone()).map_err(|e| format!("{}: drift detection: {e}", self.name))?,
+                )),
                 None => None,
             };
             let config: SubscriberConfig = self.derived.subscriber.clone();
-            let handle = Subscriber::spawn(config, self.index.clone(), self.metrics.clone(), drift, rx, cx.cancel.clone())
-                .await
-                .map_err(|e| format!("{}: {e}", self.name))?;
-            tokio::spawn(follow_endpoints(cx.endpoints.clone(), tx, self.index.clone(), self.metrics.clone(), cx.cancel.clone()));
+            let handle =
+                Subscriber::spawn(config, self.index.clone(), self.metrics.clone(), drift, rx, cx.cancel.clone())
+                    .await
+                    .map_err(|e| format!("{}: {e}", self.name))?;
+            tokio::spawn(follow_endpoints(
+                cx.endpoints.clone(),
+                tx,
+                self.index.clone(),
+                self.metrics.clone(),
+                cx.cancel.clone(),
+            ));
             *self.subscriber.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(handle));
             Ok(())
         })

@@ -113,7 +113,14 @@ pub struct KvEventsConfig {
 
 impl Default for KvEventsConfig {
     fn default() -> Self {
-        Self { zmq_endpoint: String::new(), topic_filter: "kv@".into(), concurrency: 4, engine_type: String::new(), discover_pods: None, pod_discovery_config: PodDiscoveryConfig::default() }
+        Self {
+            zmq_endpoint: String::new(),
+            topic_filter: "kv@".into(),
+            concurrency: 4,
+            engine_type: String::new(),
+            discover_pods: None,
+            pod_discovery_config: PodDiscoveryConfig::default(),
+        }
     }
 }
 
@@ -133,7 +140,12 @@ pub struct PodDiscoveryConfig {
 
 impl Default for PodDiscoveryConfig {
     fn default() -> Self {
-        Self { socket_port: 5557, replay_socket_port: 0, pod_label_selector: String::new(), pod_namespace: String::new() }
+        Self {
+            socket_port: 5557,
+            replay_socket_port: 0,
+            pod_label_selector: String::new(),
+            pod_namespace: String::new(),
+        }
     }
 }
 
@@ -168,32 +180,59 @@ impl Params {
         }
         let kb = &self.indexer_config.kv_block_index_config;
         if kb.redis_config.is_some() || kb.cost_aware_memory_config.is_some() {
-            return Err(("indexerConfig.kvBlockIndexConfig".into(), "only inMemoryConfig is available in this build (redisConfig and costAwareMemoryConfig are not)".into()));
+            return Err((
+                "indexerConfig.kvBlockIndexConfig".into(),
+                "only inMemoryConfig is available in this build (redisConfig and costAwareMemoryConfig are not)".into(),
+            ));
         }
         let version = match &tp.vllm_version {
-            Some(v) => v.parse::<VllmVersion>().map_err(|e| ("tokenProcessorConfig.vllmVersion".to_string(), e.to_string()))?,
+            Some(v) => {
+                v.parse::<VllmVersion>().map_err(|e| ("tokenProcessorConfig.vllmVersion".to_string(), e.to_string()))?
+            }
             None => VllmVersion::CURRENT,
         };
         let seed = Some(tp.hash_seed.as_str()).filter(|s| !s.is_empty());
         let (key_mode, engine_hasher, drift) = match vllm_algo(&tp.hash_algorithm) {
             Some(algo) => {
-                let hasher = VllmHasher::try_new(algo, seed, version).map_err(|e| ("tokenProcessorConfig.hashSeed".to_string(), e.to_string()))?;
-                let drift = DriftConfig { algo, pythonhashseed: seed.map(str::to_string), block_size, vllm_version: version, sample_every: 16 };
+                let hasher = VllmHasher::try_new(algo, seed, version)
+                    .map_err(|e| ("tokenProcessorConfig.hashSeed".to_string(), e.to_string()))?;
+                let drift = DriftConfig {
+                    algo,
+                    pythonhashseed: seed.map(str::to_string),
+                    block_size,
+                    vllm_version: version,
+                    sample_every: 16,
+                };
                 (KeyMode::Engine { hasher: Some(hasher.clone()), block_size }, Some(hasher), Some(drift))
             }
             None => {
-                let algo: RequestKeyAlgo = tp.hash_algorithm.parse().map_err(|e: crate::kvcache::keys::UnknownKeyAlgo| {
-                    ("tokenProcessorConfig.hashAlgorithm".to_string(), format!("{e}; or a vLLM algorithm: sha256, sha256_cbor, xxhash, xxhash_cbor"))
-                })?;
+                let algo: RequestKeyAlgo =
+                    tp.hash_algorithm.parse().map_err(|e: crate::kvcache::keys::UnknownKeyAlgo| {
+                        (
+                            "tokenProcessorConfig.hashAlgorithm".to_string(),
+                            format!("{e}; or a vLLM algorithm: sha256, sha256_cbor, xxhash, xxhash_cbor"),
+                        )
+                    })?;
                 (KeyMode::Request { keyer: RequestKeyer::new(algo, &tp.hash_seed), block_size }, None, None)
             }
         };
         let mut weights = TierWeights::default();
-        for (i, b) in self.kv_cache_backend_configs.iter().chain(self.indexer_config.kv_cache_backend_configs.iter()).flatten().enumerate() {
+        for (i, b) in self
+            .kv_cache_backend_configs
+            .iter()
+            .chain(self.indexer_config.kv_cache_backend_configs.iter())
+            .flatten()
+            .enumerate()
+        {
             let tier = match b.name.as_str() {
                 "gpu" => 0,
                 "cpu" => 1,
-                other => return Err((format!("kvCacheBackendConfigs[{i}].name"), format!("unknown tier {other:?} (gpu, cpu)"))),
+                other => {
+                    return Err((
+                        format!("kvCacheBackendConfigs[{i}].name"),
+                        format!("unknown tier {other:?} (gpu, cpu)"),
+                    ));
+                }
             };
             if !(b.weight.is_finite() && b.weight >= 0.0) {
                 return Err((format!("kvCacheBackendConfigs[{i}].weight"), "must be a finite number >= 0".into()));
@@ -206,7 +245,10 @@ impl Params {
         }
         let ev = &self.kv_events_config;
         if !ev.engine_type.is_empty() && ev.engine_type != "vllm" {
-            return Err(("kvEventsConfig.engineType".into(), format!("unsupported engine {:?} (vllm)", ev.engine_type)));
+            return Err((
+                "kvEventsConfig.engineType".into(),
+                format!("unsupported engine {:?} (vllm)", ev.engine_type),
+            ));
         }
         let central = Some(ev.zmq_endpoint.clone()).filter(|e| !e.is_empty());
         let subscriber = SubscriberConfig {
@@ -220,7 +262,11 @@ impl Params {
             ..SubscriberConfig::default()
         };
         if self.speculative_indexing {
-            return Err(("speculativeIndexing".into(), "speculative indexing is not available in this build; KV events confirm blocks within milliseconds".into()));
+            return Err((
+                "speculativeIndexing".into(),
+                "speculative indexing is not available in this build; KV events confirm blocks within milliseconds"
+                    .into(),
+            ));
         }
         let speculative_ttl = match self.speculative_ttl.as_deref() {
             Some(s) => Some(humantime::parse_duration(s).map_err(|e| ("speculativeTTL".to_string(), e.to_string()))?),

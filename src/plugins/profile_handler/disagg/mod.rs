@@ -96,7 +96,12 @@ fn says(decider: &Option<Arc<dyn Decider>>, cx: &SchedulingContext<'_>, endpoint
 }
 
 impl DisaggHandler {
-    fn decode_first(&self, cx: &SchedulingContext<'_>, has: &dyn Fn(&str) -> bool, results: &ProfileResults) -> Option<Arc<str>> {
+    fn decode_first(
+        &self,
+        cx: &SchedulingContext<'_>,
+        has: &dyn Fn(&str) -> bool,
+        results: &ProfileResults,
+    ) -> Option<Arc<str>> {
         if !results.was_evaluated(&self.decode) {
             return has(&self.decode).then(|| self.decode.clone());
         }
@@ -105,13 +110,19 @@ impl DisaggHandler {
         if has(&self.encode) && !results.was_evaluated(&self.encode) && says(&self.encode_decider, cx, Some(decode)) {
             return Some(self.encode.clone());
         }
-        if has(&self.prefill) && !results.was_evaluated(&self.prefill) && says(&self.prefill_decider, cx, Some(decode)) {
+        if has(&self.prefill) && !results.was_evaluated(&self.prefill) && says(&self.prefill_decider, cx, Some(decode))
+        {
             return Some(self.prefill.clone());
         }
         None
     }
 
-    fn prefill_first(&self, cx: &SchedulingContext<'_>, has: &dyn Fn(&str) -> bool, results: &ProfileResults) -> Option<Arc<str>> {
+    fn prefill_first(
+        &self,
+        cx: &SchedulingContext<'_>,
+        has: &dyn Fn(&str) -> bool,
+        results: &ProfileResults,
+    ) -> Option<Arc<str>> {
         if has(&self.prefill) && !results.was_evaluated(&self.prefill) {
             return Some(self.prefill.clone());
         }
@@ -144,11 +155,19 @@ impl ProfileHandler for DisaggHandler {
         next.into_iter().collect()
     }
 
-    fn process_results(&self, cx: &SchedulingContext<'_>, results: ProfileResults) -> Result<SchedulingResult, ScheduleError> {
+    fn process_results(
+        &self,
+        cx: &SchedulingContext<'_>,
+        results: ProfileResults,
+    ) -> Result<SchedulingResult, ScheduleError> {
         if results.get(&self.decode).is_none_or(|r| r.targets.is_empty()) {
             return Err(ScheduleError::NoResult { reason: "failed to find available decode workers".into() });
         }
-        let profiles: Vec<_> = results.entries.into_iter().filter_map(|(n, r)| r.filter(|r| !r.targets.is_empty()).map(|r| (n, r))).collect();
+        let profiles: Vec<_> = results
+            .entries
+            .into_iter()
+            .filter_map(|(n, r)| r.filter(|r| !r.targets.is_empty()).map(|r| (n, r)))
+            .collect();
         let ran = |name: &str| profiles.iter().any(|(n, _)| &**n == name);
         self.record(&cx.request.target_model, ran(&self.prefill), ran(&self.encode));
         let mut result = SchedulingResult::new(self.decode.clone(), profiles);

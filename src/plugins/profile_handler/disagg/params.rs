@@ -130,13 +130,26 @@ fn named(param: &'static str, name: Option<String>) -> Option<DeciderRef> {
 pub fn settings(spec: &PluginSpec) -> Result<Settings, BuildError> {
     let p: Params = decode_params(spec)?;
     let at = |k: &str| format!("{}.parameters.{k}", spec.path);
-    let legacy = [&p.decode_profile, &p.prefill_profile, &p.encode_profile, &p.prefill_decider_plugin_name, &p.encode_decider_plugin_name, &p.decider_plugin_name];
+    let legacy = [
+        &p.decode_profile,
+        &p.prefill_profile,
+        &p.encode_profile,
+        &p.prefill_decider_plugin_name,
+        &p.encode_decider_plugin_name,
+        &p.decider_plugin_name,
+    ];
     let has_legacy = legacy.iter().any(|v| v.is_some());
     if has_legacy && (p.profiles.is_some() || p.deciders.is_some()) {
-        return Err(BuildError::new(at("profiles"), "legacy flat keys (decodeProfile, prefillDeciderPluginName, ...) cannot be mixed with `profiles`/`deciders`"));
+        return Err(BuildError::new(
+            at("profiles"),
+            "legacy flat keys (decodeProfile, prefillDeciderPluginName, ...) cannot be mixed with `profiles`/`deciders`",
+        ));
     }
     if p.prefill_decider_plugin_name.is_some() && p.decider_plugin_name.is_some() {
-        return Err(BuildError::new(at("deciderPluginName"), "set either prefillDeciderPluginName or deciderPluginName, not both"));
+        return Err(BuildError::new(
+            at("deciderPluginName"),
+            "set either prefillDeciderPluginName or deciderPluginName, not both",
+        ));
     }
     if has_legacy {
         tracing::warn!(plugin = %spec.name, "disagg-profile-handler: flat parameter keys are deprecated; use `profiles` and `deciders`");
@@ -145,18 +158,30 @@ pub fn settings(spec: &PluginSpec) -> Result<Settings, BuildError> {
     let deciders = p.deciders.unwrap_or_default();
     let order = match p.stage_order.as_deref() {
         None => StageOrder::DecodeFirst,
-        Some(s) => StageOrder::parse(s).ok_or_else(|| BuildError::new(at("stageOrder"), format!("unknown stage order {s:?} (decode-first or prefill-first)")))?,
+        Some(s) => StageOrder::parse(s).ok_or_else(|| {
+            BuildError::new(at("stageOrder"), format!("unknown stage order {s:?} (decode-first or prefill-first)"))
+        })?,
     };
     let prefill_decider = if has_legacy {
-        named("prefillDeciderPluginName", p.prefill_decider_plugin_name).or_else(|| named("deciderPluginName", p.decider_plugin_name))
+        named("prefillDeciderPluginName", p.prefill_decider_plugin_name)
+            .or_else(|| named("deciderPluginName", p.decider_plugin_name))
     } else {
         named("deciders.prefill", deciders.prefill)
     };
-    let encode_decider = if has_legacy { named("encodeDeciderPluginName", p.encode_decider_plugin_name) } else { named("deciders.encode", deciders.encode) };
+    let encode_decider = if has_legacy {
+        named("encodeDeciderPluginName", p.encode_decider_plugin_name)
+    } else {
+        named("deciders.encode", deciders.encode)
+    };
     if order == StageOrder::PrefillFirst && prefill_decider.is_some() {
-        return Err(BuildError::new(at("stageOrder"), "prefill-first runs prefill unconditionally; remove the prefill decider or use decode-first"));
+        return Err(BuildError::new(
+            at("stageOrder"),
+            "prefill-first runs prefill unconditionally; remove the prefill decider or use decode-first",
+        ));
     }
-    let or = |v: Option<String>, l: Option<String>, d: &str| v.or(l).filter(|s| !s.is_empty()).unwrap_or_else(|| d.to_string());
+    let or = |v: Option<String>, l: Option<String>, d: &str| {
+        v.or(l).filter(|s| !s.is_empty()).unwrap_or_else(|| d.to_string())
+    };
     Ok(Settings {
         decode: or(profiles.decode, p.decode_profile, "decode"),
         prefill: or(profiles.prefill, p.prefill_profile, "prefill"),
@@ -172,7 +197,12 @@ mod tests {
     use super::*;
 
     fn spec(v: serde_json::Value) -> PluginSpec {
-        PluginSpec { name: "h".into(), type_name: "disagg-profile-handler".into(), parameters: v, path: "plugins[2]".into() }
+        PluginSpec {
+            name: "h".into(),
+            type_name: "disagg-profile-handler".into(),
+            parameters: v,
+            path: "plugins[2]".into(),
+        }
     }
 
     #[test]
@@ -188,7 +218,8 @@ mod tests {
 
     #[test]
     fn nested_and_legacy_forms() {
-        let s = settings(&spec(serde_json::json!({"profiles": {"decode": "d"}, "deciders": {"prefill": "x"}}))).unwrap();
+        let s =
+            settings(&spec(serde_json::json!({"profiles": {"decode": "d"}, "deciders": {"prefill": "x"}}))).unwrap();
         assert_eq!((s.decode.as_str(), s.prefill.as_str(), s.encode.as_str()), ("d", "prefill", "encode"));
         assert_eq!(s.prefill_decider, Some(DeciderRef { param: "deciders.prefill", name: "x".into() }));
         let s = settings(&spec(serde_json::json!({"decodeProfile": "dd", "deciderPluginName": "y"}))).unwrap();
@@ -203,7 +234,8 @@ mod tests {
 
     #[test]
     fn prefill_first_with_a_prefill_decider_is_rejected() {
-        let e = settings(&spec(serde_json::json!({"stageOrder": "prefill_first", "deciders": {"prefill": "x"}}))).unwrap_err();
+        let e = settings(&spec(serde_json::json!({"stageOrder": "prefill_first", "deciders": {"prefill": "x"}})))
+            .unwrap_err();
         assert_eq!(e.path, "plugins[2].parameters.stageOrder");
         assert!(settings(&spec(serde_json::json!({"stageOrder": "prefill-first"}))).is_ok());
         assert!(settings(&spec(serde_json::json!({"stageOrder": "sideways"}))).is_err());

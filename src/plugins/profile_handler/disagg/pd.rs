@@ -14,9 +14,9 @@ use std::sync::Arc;
 
 use super::params::{DeciderRef, PdParams, Settings, StageOrder};
 use crate::plugins::Decider;
+use crate::plugins::PluginInstance;
 use crate::plugins::decider::{AlwaysDecider, prefix_based::PrefixBasedDecider};
 use crate::plugins::registry::{BuildContext, BuildError, PluginSpec, decode_params};
-use crate::plugins::PluginInstance;
 
 /// Type name.
 pub const TYPE: &str = "pd-profile-handler";
@@ -27,7 +27,11 @@ const DEFAULT_DECIDER: &str = "prefix-based-pd-decider";
 pub fn build(spec: &PluginSpec, cx: &BuildContext) -> Result<PluginInstance, BuildError> {
     let p: PdParams = decode_params(spec)?;
     tracing::warn!(plugin = %spec.name, "pd-profile-handler is deprecated; use disagg-profile-handler");
-    if p.prefix_plugin_type.is_some() || p.prefix_plugin_name.is_some() || p.prefix_match_info_producer_name.is_some() || p.hash_block_size.is_some() {
+    if p.prefix_plugin_type.is_some()
+        || p.prefix_plugin_name.is_some()
+        || p.prefix_match_info_producer_name.is_some()
+        || p.hash_block_size.is_some()
+    {
         tracing::warn!(plugin = %spec.name, "pd-profile-handler: prefixPluginType/prefixPluginName/prefixMatchInfoProducerName/hashBlockSize are ignored");
     }
     let at = |k: &str| format!("{}.parameters.{k}", spec.path);

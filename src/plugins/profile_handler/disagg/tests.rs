@@ -36,7 +36,11 @@ fn decode_first_runs_decode_then_prefill_and_sets_the_header() {
     let prefill = d.headers.set.iter().find(|(k, _)| k == PREFILLER_HOST_PORT).map(|(_, v)| v.clone());
     assert_eq!(prefill.as_deref(), Some(&*pool()[0].endpoint.host_port));
     assert!(d.headers.remove.contains(&ENCODER_HOSTS_PORTS.to_string()));
-    let counted = cx.metrics.disagg_decisions.with_label_values(&["disagg-profile-handler", "disagg-profile-handler", "m", "prefill-decode"]).get();
+    let counted = cx
+        .metrics
+        .disagg_decisions
+        .with_label_values(&["disagg-profile-handler", "disagg-profile-handler", "m", "prefill-decode"])
+        .get();
     assert_eq!(counted, 1);
     assert_eq!(cx.metrics.disagg_decisions_legacy.with_label_values(&["m", "prefill-decode"]).get(), 1);
 }
@@ -48,8 +52,17 @@ fn no_prefill_endpoint_goes_decode_only_and_no_decode_fails() {
     let d = loaded.scheduler.schedule(&chat_request("", &["hi"]), vec![endpoint("d1").role("decode").build()]).unwrap();
     assert!(d.result.profile("prefill").is_none());
     assert!(d.headers.remove.contains(&PREFILLER_HOST_PORT.to_string()));
-    assert_eq!(cx.metrics.disagg_decisions.with_label_values(&["disagg-profile-handler", "disagg-profile-handler", "unknown", "decode-only"]).get(), 1);
-    let err = loaded.scheduler.schedule(&chat_request("m", &["hi"]), vec![endpoint("p1").role("prefill").build()]).unwrap_err();
+    assert_eq!(
+        cx.metrics
+            .disagg_decisions
+            .with_label_values(&["disagg-profile-handler", "disagg-profile-handler", "unknown", "decode-only"])
+            .get(),
+        1
+    );
+    let err = loaded
+        .scheduler
+        .schedule(&chat_request("m", &["hi"]), vec![endpoint("p1").role("prefill").build()])
+        .unwrap_err();
     assert!(err.to_string().contains("decode-filter"), "{err}");
 }
 
@@ -63,22 +76,39 @@ fn no_decider_means_decode_only() {
 
 #[test]
 fn prefill_first_order_runs_prefill_without_a_decider() {
-    let yaml = PD.replace("parameters: {deciders: {prefill: always-disagg-pd-decider}}", "parameters: {stageOrder: Prefill_First}");
-    let d = try_load(&yaml, &BuildContext::default()).unwrap().scheduler.schedule(&chat_request("m", &["hi"]), pool()).unwrap();
+    let yaml = PD.replace(
+        "parameters: {deciders: {prefill: always-disagg-pd-decider}}",
+        "parameters: {stageOrder: Prefill_First}",
+    );
+    let d = try_load(&yaml, &BuildContext::default())
+        .unwrap()
+        .scheduler
+        .schedule(&chat_request("m", &["hi"]), pool())
+        .unwrap();
     assert_eq!(&*d.result.primary_profile, "decode");
     assert!(d.result.profile("prefill").is_some());
 }
 
 #[test]
 fn decider_references_are_checked_with_suggestions() {
-    let undeclared = PD.replace("deciders: {prefill: always-disagg-pd-decider}", "deciders: {prefill: always-disagg-pd-decidr}");
+    let undeclared =
+        PD.replace("deciders: {prefill: always-disagg-pd-decider}", "deciders: {prefill: always-disagg-pd-decidr}");
     let errs = try_load(&undeclared, &BuildContext::default()).unwrap_err().0;
     let e = errs.iter().find(|e| e.path == "plugins[1].parameters.deciders.prefill").expect("path-qualified error");
     assert!(e.message.contains("\"always-disagg-pd-decider\""), "{e}");
     let later = "plugins:\n- type: disagg-profile-handler\n  parameters: {deciders: {prefill: always-disagg-pd-decider}}\n- type: always-disagg-pd-decider\n- type: decode-filter\nschedulingProfiles: [{name: decode, plugins: [{pluginRef: decode-filter}]}]";
     let errs = try_load(later, &BuildContext::default()).unwrap_err().0;
-    assert!(errs.iter().any(|e| e.path == "plugins[0].parameters.deciders.prefill" && e.message.contains("declared after")), "{errs:?}");
-    let wrong_role = PD.replace("deciders: {prefill: always-disagg-pd-decider}", "deciders: {prefill: decode-filter}").replace("- type: prefill-filter\n- type: decode-filter\n", "").replace("- type: always-disagg-pd-decider\n", "- type: always-disagg-pd-decider\n- type: prefill-filter\n- type: decode-filter\n");
+    assert!(
+        errs.iter().any(|e| e.path == "plugins[0].parameters.deciders.prefill" && e.message.contains("declared after")),
+        "{errs:?}"
+    );
+    let wrong_role = PD
+        .replace("deciders: {prefill: always-disagg-pd-decider}", "deciders: {prefill: decode-filter}")
+        .replace("- type: prefill-filter\n- type: decode-filter\n", "")
+        .replace(
+            "- type: always-disagg-pd-decider\n",
+            "- type: always-disagg-pd-decider\n- type: prefill-filter\n- type: decode-filter\n",
+        );
     let errs = try_load(&wrong_role, &BuildContext::default()).unwrap_err().0;
     assert!(errs.iter().any(|e| e.message.contains("not a decider")), "{errs:?}");
 }
@@ -86,7 +116,11 @@ fn decider_references_are_checked_with_suggestions() {
 #[test]
 fn pd_profile_handler_maps_its_legacy_parameters() {
     let yaml = "plugins:\n- type: pd-profile-handler\n  parameters: {threshold: 0, primaryPort: 8000, hashBlockSize: 64}\n- type: prefill-filter\n- type: decode-filter\nschedulingProfiles:\n- {name: prefill, plugins: [{pluginRef: prefill-filter}]}\n- {name: decode, plugins: [{pluginRef: decode-filter}]}";
-    let d = try_load(yaml, &BuildContext::default()).unwrap().scheduler.schedule(&chat_request("m", &["hi"]), pool()).unwrap();
+    let d = try_load(yaml, &BuildContext::default())
+        .unwrap()
+        .scheduler
+        .schedule(&chat_request("m", &["hi"]), pool())
+        .unwrap();
     assert!(d.result.profile("prefill").is_some(), "threshold 0 = always");
     assert!(d.result.destination().ends_with(":8000"));
     assert!(d.headers.set.iter().any(|(k, _)| k == "x-data-parallel-host-port"));
