@@ -105,6 +105,11 @@ pub struct PluginMetrics {
     pub disagg_decisions: IntCounterVec,
     /// Deprecated twin `llm_d_inference_scheduler_disagg_decision_total{model_name, decision_type}`.
     pub disagg_decisions_legacy: IntCounterVec,
+    /// `llm_d_epp_pd_decision_total{plugin_name, plugin_type, model_name, decision_type}`
+    /// (`pd-profile-handler` only; `decode-only` | `prefill-decode`).
+    pub pd_decisions: IntCounterVec,
+    /// Deprecated twin `llm_d_inference_scheduler_pd_decision_total{model_name, decision_type}`.
+    pub pd_decisions_legacy: IntCounterVec,
     /// KV-event and precise index series (`epp_kv_*`).
     pub kv: std::sync::Arc<crate::kvcache::KvCacheMetrics>,
     /// Tokenizer outcomes, latency and prefix-cache use (`token-producer`).
@@ -150,6 +155,18 @@ impl PluginMetrics {
                 registry,
                 "llm_d_inference_scheduler_disagg_decision_total",
                 "Deprecated twin of llm_d_epp_disagg_decision_total.",
+                &["model_name", "decision_type"],
+            )?,
+            pd_decisions: counter(
+                registry,
+                "llm_d_epp_pd_decision_total",
+                "Prefill/decode decisions of pd-profile-handler.",
+                &["plugin_name", "plugin_type", "model_name", "decision_type"],
+            )?,
+            pd_decisions_legacy: counter(
+                registry,
+                "llm_d_inference_scheduler_pd_decision_total",
+                "Deprecated twin of llm_d_epp_pd_decision_total.",
                 &["model_name", "decision_type"],
             )?,
             kv: std::sync::Arc::new(crate::kvcache::KvCacheMetrics::register(registry)?),

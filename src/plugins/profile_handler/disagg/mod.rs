@@ -50,6 +50,7 @@ pub struct DisaggHandler {
     order: StageOrder,
     /// Sidecar port for data-parallel routing (`pd-profile-handler` `primaryPort`).
     primary_port: Option<u16>,
+    /// `llm_d_epp_disagg_decision_total`, or `llm_d_epp_pd_decision_total` for `pd-profile-handler`.
     decisions: IntCounterVec,
     decisions_legacy: IntCounterVec,
 }
@@ -75,6 +76,12 @@ fn instance(
     encode_decider: Option<Arc<dyn Decider>>,
     primary_port: Option<u16>,
 ) -> PluginInstance {
+    // `pd-profile-handler` counts in its own family instead of the disagg one.
+    let (decisions, decisions_legacy) = if type_name == pd::TYPE {
+        (cx.metrics.pd_decisions.clone(), cx.metrics.pd_decisions_legacy.clone())
+    } else {
+        (cx.metrics.disagg_decisions.clone(), cx.metrics.disagg_decisions_legacy.clone())
+    };
     let handler = Arc::new(DisaggHandler {
         name: spec.name.clone(),
         type_name,
@@ -85,8 +92,8 @@ fn instance(
         encode_decider,
         order: s.order,
         primary_port,
-        decisions: cx.metrics.disagg_decisions.clone(),
-        decisions_legacy: cx.metrics.disagg_decisions_legacy.clone(),
+        decisions,
+        decisions_legacy,
     });
     PluginInstance::new(spec.name.clone(), type_name).with_profile_handler(handler.clone()).with_pre_request(handler)
 }

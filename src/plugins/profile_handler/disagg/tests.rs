@@ -116,12 +116,13 @@ fn decider_references_are_checked_with_suggestions() {
 #[test]
 fn pd_profile_handler_maps_its_legacy_parameters() {
     let yaml = "plugins:\n- type: pd-profile-handler\n  parameters: {threshold: 0, primaryPort: 8000, hashBlockSize: 64}\n- type: prefill-filter\n- type: decode-filter\nschedulingProfiles:\n- {name: prefill, plugins: [{pluginRef: prefill-filter}]}\n- {name: decode, plugins: [{pluginRef: decode-filter}]}";
-    let d = try_load(yaml, &BuildContext::default())
-        .unwrap()
-        .scheduler
-        .schedule(&chat_request("m", &["hi"]), pool())
-        .unwrap();
+    let cx = BuildContext::default();
+    let d = try_load(yaml, &cx).unwrap().scheduler.schedule(&chat_request("m", &["hi"]), pool()).unwrap();
     assert!(d.result.profile("prefill").is_some(), "threshold 0 = always");
+    let labels = ["pd-profile-handler", "pd-profile-handler", "m", "prefill-decode"];
+    assert_eq!(cx.metrics.pd_decisions.with_label_values(&labels).get(), 1);
+    assert_eq!(cx.metrics.pd_decisions_legacy.with_label_values(&["m", "prefill-decode"]).get(), 1);
+    assert_eq!(cx.metrics.disagg_decisions.with_label_values(&labels).get(), 0, "not double-counted");
     assert!(d.result.destination().ends_with(":8000"));
     assert!(d.headers.set.iter().any(|(k, _)| k == "x-data-parallel-host-port"));
     let missing = yaml.replace("threshold: 0, ", "");
