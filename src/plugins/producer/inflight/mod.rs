@@ -13,7 +13,10 @@
 //! Parameters: `addEstimatedOutputTokens` (false), `outputRatio` (1.5, >= 0),
 //! `maxEstimatedOutputTokens` (unset, >= 0), `prefixMatchInfoProducerName` ("" = default
 //! prefix producer), `syncCrossReplicaState` (true; accepted, no effect: one replica).
-//! Not implemented: the `llm_d_epp_inflight_*` gauges.
+//!
+//! Metrics: `llm_d_epp_inflight_requests` and `llm_d_epp_inflight_tokens`
+//! `{endpoint_name, producer_name}`, set on every addition and release; an endpoint's series
+//! is removed when both its counts drop to zero.
 
 pub(crate) mod state;
 
@@ -29,7 +32,7 @@ use crate::request::usage::Usage;
 use crate::scheduling::context::{DataKey, SchedulingContext};
 use crate::scheduling::data::{InFlightLoads, PrefixMatches, RequestData};
 use crate::scheduling::result::{HeaderEdits, SchedulingResult};
-use state::Ledger;
+use state::{Gauges, Ledger};
 
 /// Type name.
 pub const TYPE: &str = "inflight-load-producer";
@@ -72,7 +75,7 @@ pub struct InFlightProducer {
 }
 
 /// Factory.
-pub fn build(spec: &PluginSpec, _: &BuildContext) -> Result<PluginInstance, BuildError> {
+pub fn build(spec: &PluginSpec, cx: &BuildContext) -> Result<PluginInstance, BuildError> {
     let p: Params = decode_params(spec)?;
     let at = |k: &str| format!("{}.parameters.{k}", spec.path);
     if !(p.output_ratio >= 0.0 && p.output_ratio.is_finite()) {
@@ -83,11 +86,14 @@ pub fn build(spec: &PluginSpec, _: &BuildContext) -> Result<PluginInstance, Buil
         .map(u64::try_from)
         .transpose()
         .map_err(|_| BuildError::new(at("maxEstimatedOutputTokens"), "must be >= 0"))?;
-    let producer = Arc::new(InFlightProducer::new(
-        spec.name.clone(),
-        Some(p.prefix_match_info_producer_name).filter(|s| !s.is_empty()).map(PluginName::from),
-        p.add_estimated_output_tokens.then_some((p.output_ratio, cap)),
-    ));
+    let producer = Arc::new(
+        InFlightProducer::new(
+            spec.name.clone(),
+            Some(p.prefix_match_info_producer_name).filter(|s| !s.is_empty()).map(PluginName::from),
+            p.add_estimated_output_tokens.then_some((p.output_ratio, cap)),
+        )
+        .with_gauges(cx.metrics.inflight_requests.clone(), cx.metrics.inflight_tokens.clone()),
+    );
     Ok(PluginInstance::new(spec.name.clone(), TYPE)
         .with_producer(producer.clone())
         .with_pre_request(producer.clone())
@@ -107,6 +113,14 @@ impl InFlightProducer {
     /// A producer with an empty ledger; `output` = (ratio, cap) when estimating output.
     pub fn new(name: PluginName, prefix_producer: Option<PluginName>, output: Option<(f64, Option<u64>)>) -> Self {
         Self { name, prefix_producer, output, ledger: Ledger::default() }
+    }
+
+    /// Mirrors the ledger into the `llm_d_epp_inflight_*` gauges (label `producer_name` = this
+    /// producer's name). Call before any request is recorded.
+    pub fn with_gauges(mut self, requests: prometheus::IntGaugeVec, tokens: prometheus::IntGaugeVec) -> Self {
+        let producer = self.name.to_string();
+        self.ledger = Ledger::with_gauges(Gauges { requests, tokens, producer });
+        self
     }
 
     fn output_estimate(&self, request: &InferenceRequest, input: u64) -> u64 {
