@@ -6,8 +6,9 @@
 //! - totalBlocks x blockSize)`, or `inputTokens` without prefix data; plus, with
 //! `addEstimatedOutputTokens`, `min(round(inputTokens x outputRatio), client max tokens,
 //! maxEstimatedOutputTokens)`. Pre-request: for every profile result, its first target gets
-//! `requests += 1`, `tokens += uncached`. Release: entries of non-primary profiles (prefill,
-//! encode) when the response headers arrive (the first response bytes: prefill is over);
+//! `requests += 1`, `tokens += uncached`. Release: at the first response body chunk (prefill
+//! is over) entries of non-primary profiles (prefill, encode) are released completely and,
+//! when output estimation is off, the decode tokens too (the decode request stays counted);
 //! everything at completion. Counters never go below 0.
 //!
 //! Parameters: `addEstimatedOutputTokens` (false), `outputRatio` (1.5, >= 0),
@@ -177,8 +178,9 @@ impl PreRequest for InFlightProducer {
 }
 
 impl ResponseHook for InFlightProducer {
-    fn on_response_headers(&self, request: &InferenceRequest, _: &SchedulingResult, _: Option<u16>) {
-        self.ledger.release_early(&request.request_id);
+    fn on_first_response_chunk(&self, request: &InferenceRequest, _: &SchedulingResult) {
+        // Without an output estimate the decode tokens were all prompt tokens: prefill is done.
+        self.ledger.release_first_chunk(&request.request_id, self.output.is_none());
     }
 
     fn on_response_complete(&self, request: &InferenceRequest, _: &SchedulingResult, _: Option<&Usage>) {

@@ -72,6 +72,20 @@ impl Inner {
     }
 }
 
+impl Inner {
+    /// Subtracts tokens only (the requests stay in flight).
+    fn subtract_tokens(&mut self, entries: Vec<(EndpointId, u64)>, gauges: Option<&Gauges>) {
+        for (id, tokens) in entries {
+            if let Some((_, t)) = self.per_endpoint.get_mut(&id) {
+                *t = t.saturating_sub(tokens);
+                if let Some(g) = gauges {
+                    g.publish(&id, self.per_endpoint.get(&id).copied());
+                }
+            }
+        }
+    }
+}
+
 impl Ledger {
     /// A ledger that mirrors its counters into `gauges`.
     pub fn with_gauges(gauges: Gauges) -> Self {
@@ -104,14 +118,24 @@ impl Ledger {
         inner.pending.entry(request_id.to_string()).or_default().push_back(entries);
     }
 
-    /// Releases the early-releasable entries (prefill, encode) of the oldest pending
-    /// request with this id.
-    pub fn release_early(&self, request_id: &str) {
+    /// First response chunk of the oldest pending request with this id: releases its
+    /// early-releasable entries (prefill, encode) completely and, when `decode_tokens`, the
+    /// tokens (not the request) of the others. Later calls find nothing more to release.
+    pub fn release_first_chunk(&self, request_id: &str, decode_tokens: bool) {
         let mut inner = self.lock();
         let Some(entries) = inner.pending.get_mut(request_id).and_then(|q| q.front_mut()) else { return };
-        let (early, keep): (Vec<Entry>, Vec<Entry>) = std::mem::take(entries).into_iter().partition(|e| e.2);
+        let (early, mut keep): (Vec<Entry>, Vec<Entry>) = std::mem::take(entries).into_iter().partition(|e| e.2);
+        let mut tokens_only = Vec::new();
+        if decode_tokens {
+            for (id, tokens, _) in &mut keep {
+                if *tokens > 0 {
+                    tokens_only.push((id.clone(), std::mem::take(tokens)));
+                }
+            }
+        }
         *entries = keep;
         inner.subtract(early, self.gauges.as_ref());
+        inner.subtract_tokens(tokens_only, self.gauges.as_ref());
     }
 
     /// Releases everything left of the oldest pending request with this id.
