@@ -88,6 +88,8 @@ pub struct StreamProcessor {
     request_done: bool,
     scheduled: Option<Scheduled>,
     response_streaming: bool,
+    /// `on_first_response_chunk` hooks already ran.
+    first_response_chunk_seen: bool,
     response_buffer: Vec<u8>,
     sse: Option<SseUsageScanner>,
     usage: Option<Usage>,
@@ -113,6 +115,7 @@ impl StreamProcessor {
             request_done: false,
             scheduled: None,
             response_streaming: false,
+            first_response_chunk_seen: false,
             response_buffer: Vec::new(),
             sse: None,
             usage: None,
@@ -401,6 +404,14 @@ impl StreamProcessor {
     }
 
     fn on_response_body(&mut self, chunk: Vec<u8>, end_of_stream: bool) -> Vec<ProcessingResponse> {
+        if !self.first_response_chunk_seen {
+            self.first_response_chunk_seen = true;
+            if let Some(Scheduled { request, result: Some(result) }) = &self.scheduled {
+                for hook in &self.shared.scheduler.load().response {
+                    hook.on_first_response_chunk(request, result);
+                }
+            }
+        }
         let restore = self.model_restore();
         let mut out = Vec::new();
         if self.response_streaming {

@@ -104,6 +104,9 @@ pub trait ResponseHook: Send + Sync + fmt::Debug {
     /// right after `on_response_headers`; the default adds nothing.
     fn edit_response_headers(&self, _request: &InferenceRequest, _result: &SchedulingResult, _edits: &mut HeaderEdits) {
     }
+    /// The first response body chunk arrived (called at most once per request, before
+    /// `on_response_complete`); the default does nothing.
+    fn on_first_response_chunk(&self, _request: &InferenceRequest, _result: &SchedulingResult) {}
     /// The response completed, or the stream ended early; `usage` when the body reported it.
     fn on_response_complete(&self, request: &InferenceRequest, result: &SchedulingResult, usage: Option<&Usage>);
 }

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use prometheus::IntCounterVec;
+use prometheus::{IntCounterVec, IntGaugeVec};
 use serde::de::DeserializeOwned;
 
 use super::{PluginInstance, PluginName, decider, filter, picker, producer, profile_handler, scorer};
@@ -105,6 +105,15 @@ pub struct PluginMetrics {
     pub disagg_decisions: IntCounterVec,
     /// Deprecated twin `llm_d_inference_scheduler_disagg_decision_total{model_name, decision_type}`.
     pub disagg_decisions_legacy: IntCounterVec,
+    /// `llm_d_epp_pd_decision_total{plugin_name, plugin_type, model_name, decision_type}`
+    /// (`pd-profile-handler` only; `decode-only` | `prefill-decode`).
+    pub pd_decisions: IntCounterVec,
+    /// Deprecated twin `llm_d_inference_scheduler_pd_decision_total{model_name, decision_type}`.
+    pub pd_decisions_legacy: IntCounterVec,
+    /// `llm_d_epp_inflight_requests{endpoint_name, producer_name}` (`inflight-load-producer`).
+    pub inflight_requests: IntGaugeVec,
+    /// `llm_d_epp_inflight_tokens{endpoint_name, producer_name}` (`inflight-load-producer`).
+    pub inflight_tokens: IntGaugeVec,
     /// KV-event and precise index series (`epp_kv_*`).
     pub kv: std::sync::Arc<crate::kvcache::KvCacheMetrics>,
     /// Tokenizer outcomes, latency and prefix-cache use (`token-producer`).
@@ -152,6 +161,30 @@ impl PluginMetrics {
                 "Deprecated twin of llm_d_epp_disagg_decision_total.",
                 &["model_name", "decision_type"],
             )?,
+            pd_decisions: counter(
+                registry,
+                "llm_d_epp_pd_decision_total",
+                "Prefill/decode decisions of pd-profile-handler.",
+                &["plugin_name", "plugin_type", "model_name", "decision_type"],
+            )?,
+            pd_decisions_legacy: counter(
+                registry,
+                "llm_d_inference_scheduler_pd_decision_total",
+                "Deprecated twin of llm_d_epp_pd_decision_total.",
+                &["model_name", "decision_type"],
+            )?,
+            inflight_requests: gauge(
+                registry,
+                "llm_d_epp_inflight_requests",
+                "Requests in flight per endpoint, as tracked by an inflight-load-producer.",
+                &["endpoint_name", "producer_name"],
+            )?,
+            inflight_tokens: gauge(
+                registry,
+                "llm_d_epp_inflight_tokens",
+                "Tokens in flight per endpoint, as tracked by an inflight-load-producer.",
+                &["endpoint_name", "producer_name"],
+            )?,
             kv: std::sync::Arc::new(crate::kvcache::KvCacheMetrics::register(registry)?),
             tokenize: crate::tokenize::metrics::TokenizeMetrics::register(registry)?,
         })
@@ -167,6 +200,17 @@ fn counter(
     let c = IntCounterVec::new(prometheus::Opts::new(name, help), labels)?;
     registry.register(Box::new(c.clone()))?;
     Ok(c)
+}
+
+fn gauge(
+    registry: &prometheus::Registry,
+    name: &str,
+    help: &str,
+    labels: &[&str],
+) -> Result<IntGaugeVec, prometheus::Error> {
+    let g = IntGaugeVec::new(prometheus::Opts::new(name, help), labels)?;
+    registry.register(Box::new(g.clone()))?;
+    Ok(g)
 }
 
 impl Default for PluginMetrics {

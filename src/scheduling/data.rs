@@ -3,9 +3,9 @@
 //! fields, not an untyped map: a new kind of data is a new field.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
-use crate::endpoints::model::EndpointId;
+use crate::endpoints::model::{Candidate, EndpointId};
 use crate::plugins::PluginName;
 
 /// How much of the request's prefix one endpoint holds.
@@ -59,9 +59,19 @@ pub struct RequestData {
     pub inflight: Vec<(PluginName, Arc<InFlightLoads>)>,
     /// Which in-flight producer answers for consumers that name none.
     pub default_inflight_producer: Option<PluginName>,
+    /// `peer-endpoint`: the endpoint already chosen for the other side of a P/D pair, set by
+    /// `disagg-profile-handler` before it returns the profile that needs it (decode-first: the
+    /// decode pick, seen by the prefill profile; prefill-first: the prefill pick, seen by the
+    /// decode profile). Set at most once per request; read with `peer_endpoint()`.
+    pub peer_endpoint: OnceLock<Candidate>,
 }
 
 impl RequestData {
+    /// The `peer-endpoint` of the profile being run, when a profile handler recorded one.
+    pub fn peer_endpoint(&self) -> Option<&Candidate> {
+        self.peer_endpoint.get()
+    }
+
     /// Prefix matches from `producer` (None = the default producer).
     pub fn prefix(&self, producer: Option<&str>) -> Option<&Arc<PrefixMatches>> {
         let name = producer.or(self.default_prefix_producer.as_deref())?;

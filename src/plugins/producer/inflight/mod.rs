@@ -6,14 +6,18 @@
 //! - totalBlocks x blockSize)`, or `inputTokens` without prefix data; plus, with
 //! `addEstimatedOutputTokens`, `min(round(inputTokens x outputRatio), client max tokens,
 //! maxEstimatedOutputTokens)`. Pre-request: for every profile result, its first target gets
-//! `requests += 1`, `tokens += uncached`. Release: entries of non-primary profiles (prefill,
-//! encode) when the response headers arrive (the first response bytes: prefill is over);
+//! `requests += 1`, `tokens += uncached`. Release: at the first response body chunk (prefill
+//! is over) entries of non-primary profiles (prefill, encode) are released completely and,
+//! when output estimation is off, the decode tokens too (the decode request stays counted);
 //! everything at completion. Counters never go below 0.
 //!
 //! Parameters: `addEstimatedOutputTokens` (false), `outputRatio` (1.5, >= 0),
 //! `maxEstimatedOutputTokens` (unset, >= 0), `prefixMatchInfoProducerName` ("" = default
 //! prefix producer), `syncCrossReplicaState` (true; accepted, no effect: one replica).
-//! Not implemented: the `llm_d_epp_inflight_*` gauges.
+//!
+//! Metrics: `llm_d_epp_inflight_requests` and `llm_d_epp_inflight_tokens`
+//! `{endpoint_name, producer_name}`, set on every addition and release; an endpoint's series
+//! is removed when both its counts drop to zero.
 
 pub(crate) mod state;
 
@@ -29,7 +33,7 @@ use crate::request::usage::Usage;
 use crate::scheduling::context::{DataKey, SchedulingContext};
 use crate::scheduling::data::{InFlightLoads, PrefixMatches, RequestData};
 use crate::scheduling::result::{HeaderEdits, SchedulingResult};
-use state::Ledger;
+use state::{Gauges, Ledger};
 
 /// Type name.
 pub const TYPE: &str = "inflight-load-producer";
@@ -72,7 +76,7 @@ pub struct InFlightProducer {
 }
 
 /// Factory.
-pub fn build(spec: &PluginSpec, _: &BuildContext) -> Result<PluginInstance, BuildError> {
+pub fn build(spec: &PluginSpec, cx: &BuildContext) -> Result<PluginInstance, BuildError> {
     let p: Params = decode_params(spec)?;
     let at = |k: &str| format!("{}.parameters.{k}", spec.path);
     if !(p.output_ratio >= 0.0 && p.output_ratio.is_finite()) {
@@ -83,11 +87,14 @@ pub fn build(spec: &PluginSpec, _: &BuildContext) -> Result<PluginInstance, Buil
         .map(u64::try_from)
         .transpose()
         .map_err(|_| BuildError::new(at("maxEstimatedOutputTokens"), "must be >= 0"))?;
-    let producer = Arc::new(InFlightProducer::new(
-        spec.name.clone(),
-        Some(p.prefix_match_info_producer_name).filter(|s| !s.is_empty()).map(PluginName::from),
-        p.add_estimated_output_tokens.then_some((p.output_ratio, cap)),
-    ));
+    let producer = Arc::new(
+        InFlightProducer::new(
+            spec.name.clone(),
+            Some(p.prefix_match_info_producer_name).filter(|s| !s.is_empty()).map(PluginName::from),
+            p.add_estimated_output_tokens.then_some((p.output_ratio, cap)),
+        )
+        .with_gauges(cx.metrics.inflight_requests.clone(), cx.metrics.inflight_tokens.clone()),
+    );
     Ok(PluginInstance::new(spec.name.clone(), TYPE)
         .with_producer(producer.clone())
         .with_pre_request(producer.clone())
@@ -107,6 +114,14 @@ impl InFlightProducer {
     /// A producer with an empty ledger; `output` = (ratio, cap) when estimating output.
     pub fn new(name: PluginName, prefix_producer: Option<PluginName>, output: Option<(f64, Option<u64>)>) -> Self {
         Self { name, prefix_producer, output, ledger: Ledger::default() }
+    }
+
+    /// Mirrors the ledger into the `llm_d_epp_inflight_*` gauges (label `producer_name` = this
+    /// producer's name). Call before any request is recorded.
+    pub fn with_gauges(mut self, requests: prometheus::IntGaugeVec, tokens: prometheus::IntGaugeVec) -> Self {
+        let producer = self.name.to_string();
+        self.ledger = Ledger::with_gauges(Gauges { requests, tokens, producer });
+        self
     }
 
     fn output_estimate(&self, request: &InferenceRequest, input: u64) -> u64 {
@@ -163,8 +178,9 @@ impl PreRequest for InFlightProducer {
 }
 
 impl ResponseHook for InFlightProducer {
-    fn on_response_headers(&self, request: &InferenceRequest, _: &SchedulingResult, _: Option<u16>) {
-        self.ledger.release_early(&request.request_id);
+    fn on_first_response_chunk(&self, request: &InferenceRequest, _: &SchedulingResult) {
+        // Without an output estimate the decode tokens were all prompt tokens: prefill is done.
+        self.ledger.release_first_chunk(&request.request_id, self.output.is_none());
     }
 
     fn on_response_complete(&self, request: &InferenceRequest, _: &SchedulingResult, _: Option<&Usage>) {

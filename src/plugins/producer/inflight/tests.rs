@@ -53,8 +53,12 @@ fn pre_request_adds_and_completion_releases() {
     assert_eq!(loads.per_endpoint.get("d"), Some(&(1, 20)));
     assert_eq!(loads.uncached_tokens.get("p"), Some(&5));
     p.on_response_headers(&request, &r, Some(200));
-    assert_eq!(p.load("p"), (0, 0), "prefill released at the first response bytes");
-    assert_eq!(p.load("d"), (1, 20));
+    assert_eq!(p.load("p"), (1, 20), "headers alone release nothing");
+    p.on_first_response_chunk(&request, &r);
+    assert_eq!(p.load("p"), (0, 0), "prefill released at the first response chunk");
+    assert_eq!(p.load("d"), (1, 0), "decode tokens released early without output estimation");
+    p.on_first_response_chunk(&request, &r);
+    assert_eq!(p.load("d"), (1, 0), "a second first-chunk call releases nothing more");
     p.on_response_complete(&request, &r, None);
     assert_eq!(p.load("d"), (0, 0));
     // A second release never goes below zero.
@@ -83,4 +87,59 @@ fn parameters_are_strict() {
     assert!(build(&spec(serde_json::json!({"outputRatio": -1.0})), &BuildContext::default()).is_err());
     assert!(build(&spec(serde_json::json!({"unknown": 1})), &BuildContext::default()).is_err());
     assert!(build(&spec(serde_json::json!({"addEstimatedOutputTokens": true, "maxEstimatedOutputTokens": 100, "syncCrossReplicaState": false})), &BuildContext::default()).is_ok());
+}
+
+#[test]
+fn gauges_follow_the_ledger_and_drop_at_zero() {
+    let metrics = crate::plugins::registry::PluginMetrics::default();
+    let p = InFlightProducer::new("inflight".into(), None, None)
+        .with_gauges(metrics.inflight_requests.clone(), metrics.inflight_tokens.clone());
+    let request = token_request("m", &[7; 20]);
+    let candidates = [endpoint("d").build(), endpoint("p").build()];
+    let mut data = RequestData { tokens: Some(vec![7u32; 20].into()), ..Default::default() };
+    p.produce(&request, &candidates, &mut data);
+    let r = result(true);
+    p.pre_request(&context_for(&request, &data), &r, &mut HeaderEdits::default());
+    let series = |g: &prometheus::IntGaugeVec| {
+        use prometheus::core::Collector;
+        let mut out: Vec<(String, i64)> = g.collect()[0]
+            .get_metric()
+            .iter()
+            .map(|m| {
+                let labels: Vec<_> = m.get_label().iter().map(|l| format!("{}={}", l.name(), l.value())).collect();
+                (labels.join(","), m.get_gauge().get_value() as i64)
+            })
+            .collect();
+        out.sort();
+        out
+    };
+    assert_eq!(
+        series(&metrics.inflight_requests),
+        [
+            ("endpoint_name=d,producer_name=inflight".to_string(), 1),
+            ("endpoint_name=p,producer_name=inflight".to_string(), 1)
+        ]
+    );
+    assert_eq!(series(&metrics.inflight_tokens)[0].1, 20);
+    p.on_first_response_chunk(&request, &r);
+    p.on_response_complete(&request, &r, None);
+    assert!(series(&metrics.inflight_requests).is_empty(), "series removed at zero");
+    assert!(series(&metrics.inflight_tokens).is_empty());
+}
+
+#[test]
+fn with_output_estimation_decode_tokens_stay_until_completion() {
+    let p = InFlightProducer::new("inflight".into(), None, Some((1.5, None)));
+    let request = token_request("m", &[7; 20]);
+    let candidates = [endpoint("d").build(), endpoint("p").build()];
+    let mut data = RequestData { tokens: Some(vec![7u32; 20].into()), ..Default::default() };
+    p.produce(&request, &candidates, &mut data);
+    let r = result(true);
+    p.pre_request(&context_for(&request, &data), &r, &mut HeaderEdits::default());
+    assert_eq!(p.load("d"), (1, 50), "20 input + 30 estimated output");
+    p.on_first_response_chunk(&request, &r);
+    assert_eq!(p.load("p"), (0, 0));
+    assert_eq!(p.load("d"), (1, 50));
+    p.on_response_complete(&request, &r, None);
+    assert_eq!(p.load("d"), (0, 0));
 }

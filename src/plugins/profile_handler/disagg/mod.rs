@@ -14,8 +14,9 @@
 //! Parameters: `profiles.{decode,prefill,encode}` (`decode`, `prefill`, `encode`),
 //! `deciders.{prefill,encode}` (names of decider plugins declared earlier), `stageOrder`
 //! (`decode-first`); legacy flat keys in `params`. The deprecated `pd-profile-handler` maps
-//! its own keys onto the same handler (`pd`). Not implemented: the `peer-endpoint` request
-//! attribute (no topology plugins consume it here).
+//! its own keys onto the same handler (`pd`). Before returning `{prefill}` (decode-first) or
+//! `{decode}` (prefill-first) the handler records the endpoint already chosen for the other
+//! side as `peer-endpoint` (`RequestData::peer_endpoint`), readable by that profile's plugins.
 
 pub mod params;
 pub mod pd;
@@ -50,6 +51,7 @@ pub struct DisaggHandler {
     order: StageOrder,
     /// Sidecar port for data-parallel routing (`pd-profile-handler` `primaryPort`).
     primary_port: Option<u16>,
+    /// `llm_d_epp_disagg_decision_total`, or `llm_d_epp_pd_decision_total` for `pd-profile-handler`.
     decisions: IntCounterVec,
     decisions_legacy: IntCounterVec,
 }
@@ -75,6 +77,12 @@ fn instance(
     encode_decider: Option<Arc<dyn Decider>>,
     primary_port: Option<u16>,
 ) -> PluginInstance {
+    // `pd-profile-handler` counts in its own family instead of the disagg one.
+    let (decisions, decisions_legacy) = if type_name == pd::TYPE {
+        (cx.metrics.pd_decisions.clone(), cx.metrics.pd_decisions_legacy.clone())
+    } else {
+        (cx.metrics.disagg_decisions.clone(), cx.metrics.disagg_decisions_legacy.clone())
+    };
     let handler = Arc::new(DisaggHandler {
         name: spec.name.clone(),
         type_name,
@@ -85,8 +93,8 @@ fn instance(
         encode_decider,
         order: s.order,
         primary_port,
-        decisions: cx.metrics.disagg_decisions.clone(),
-        decisions_legacy: cx.metrics.disagg_decisions_legacy.clone(),
+        decisions,
+        decisions_legacy,
     });
     PluginInstance::new(spec.name.clone(), type_name).with_profile_handler(handler.clone()).with_pre_request(handler)
 }
@@ -112,6 +120,8 @@ impl DisaggHandler {
         }
         if has(&self.prefill) && !results.was_evaluated(&self.prefill) && says(&self.prefill_decider, cx, Some(decode))
         {
+            // `peer-endpoint` for the prefill profile; already set only if asked twice.
+            let _ = cx.data.peer_endpoint.set(decode.clone());
             return Some(self.prefill.clone());
         }
         None
@@ -129,7 +139,14 @@ impl DisaggHandler {
         if has(&self.encode) && !results.was_evaluated(&self.encode) && says(&self.encode_decider, cx, None) {
             return Some(self.encode.clone());
         }
-        (has(&self.decode) && !results.was_evaluated(&self.decode)).then(|| self.decode.clone())
+        if !has(&self.decode) || results.was_evaluated(&self.decode) {
+            return None;
+        }
+        // `peer-endpoint` for the decode profile: the prefill pick, when prefill found one.
+        if let Some(prefill) = results.get(&self.prefill).and_then(|r| r.targets.first()) {
+            let _ = cx.data.peer_endpoint.set(prefill.clone());
+        }
+        Some(self.decode.clone())
     }
 
     fn record(&self, model: &str, prefill: bool, encode: bool) {

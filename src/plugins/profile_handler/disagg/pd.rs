@@ -8,7 +8,10 @@
 //! destination port becomes `primaryPort` and `x-data-parallel-host-port` names the chosen
 //! rank). `prefixPluginType`, `prefixPluginName`, `prefixMatchInfoProducerName` and
 //! `hashBlockSize` are accepted and ignored with a warning (prefix data comes from the
-//! producer). Decisions are counted in `llm_d_epp_disagg_decision_total` with this type.
+//! producer). Decisions are counted in `llm_d_epp_pd_decision_total{plugin_name, plugin_type,
+//! model_name, decision_type}` (`decode-only` | `prefill-decode`) and its deprecated twin
+//! `llm_d_inference_scheduler_pd_decision_total{model_name, decision_type}`, not in the
+//! disagg decision family.
 
 use std::sync::Arc;
 

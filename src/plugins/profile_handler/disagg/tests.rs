@@ -116,15 +116,70 @@ fn decider_references_are_checked_with_suggestions() {
 #[test]
 fn pd_profile_handler_maps_its_legacy_parameters() {
     let yaml = "plugins:\n- type: pd-profile-handler\n  parameters: {threshold: 0, primaryPort: 8000, hashBlockSize: 64}\n- type: prefill-filter\n- type: decode-filter\nschedulingProfiles:\n- {name: prefill, plugins: [{pluginRef: prefill-filter}]}\n- {name: decode, plugins: [{pluginRef: decode-filter}]}";
-    let d = try_load(yaml, &BuildContext::default())
-        .unwrap()
-        .scheduler
-        .schedule(&chat_request("m", &["hi"]), pool())
-        .unwrap();
+    let cx = BuildContext::default();
+    let d = try_load(yaml, &cx).unwrap().scheduler.schedule(&chat_request("m", &["hi"]), pool()).unwrap();
     assert!(d.result.profile("prefill").is_some(), "threshold 0 = always");
+    let labels = ["pd-profile-handler", "pd-profile-handler", "m", "prefill-decode"];
+    assert_eq!(cx.metrics.pd_decisions.with_label_values(&labels).get(), 1);
+    assert_eq!(cx.metrics.pd_decisions_legacy.with_label_values(&["m", "prefill-decode"]).get(), 1);
+    assert_eq!(cx.metrics.disagg_decisions.with_label_values(&labels).get(), 0, "not double-counted");
     assert!(d.result.destination().ends_with(":8000"));
     assert!(d.headers.set.iter().any(|(k, _)| k == "x-data-parallel-host-port"));
     let missing = yaml.replace("threshold: 0, ", "");
     let errs = try_load(&missing, &BuildContext::default()).unwrap_err().0;
     assert!(errs.iter().any(|e| e.path == "plugins[0].parameters.deciderPluginName"), "{errs:?}");
+}
+
+/// Test filter: keeps only candidates other than `peer-endpoint`, and nothing when no peer
+/// endpoint is visible, so its profile finds an endpoint only if the handler set the peer first.
+#[derive(Debug)]
+struct NeedsPeer;
+
+impl crate::plugins::Filter for NeedsPeer {
+    fn filter(
+        &self,
+        cx: &crate::scheduling::context::SchedulingContext<'_>,
+        candidates: Vec<crate::endpoints::model::Candidate>,
+    ) -> Vec<crate::endpoints::model::Candidate> {
+        let Some(peer) = cx.data.peer_endpoint() else { return Vec::new() };
+        candidates.into_iter().filter(|c| c.id() != peer.id()).collect()
+    }
+}
+
+fn needs_peer(
+    spec: &crate::plugins::registry::PluginSpec,
+    _: &BuildContext,
+) -> Result<crate::plugins::PluginInstance, crate::plugins::registry::BuildError> {
+    Ok(crate::plugins::PluginInstance::new(spec.name.clone(), "needs-peer").with_filter(std::sync::Arc::new(NeedsPeer)))
+}
+
+#[test]
+fn peer_endpoint_is_visible_to_the_second_profile() {
+    let mut registry = builtin();
+    registry.add("needs-peer", needs_peer);
+    let cx = BuildContext::default();
+    // Decode-first: the prefill profile sees the decode pick.
+    let yaml = PD.replace("- type: decode-filter\n", "- type: decode-filter\n- type: needs-peer\n").replace(
+        "{name: prefill, plugins: [{pluginRef: prefill-filter}]}",
+        "{name: prefill, plugins: [{pluginRef: prefill-filter}, {pluginRef: needs-peer}]}",
+    );
+    let loaded = load(&yaml, &registry, &cx, SchedulerMetrics::detached()).unwrap();
+    let d = loaded.scheduler.schedule(&chat_request("m", &["hi"]), pool()).unwrap();
+    assert!(d.result.profile("prefill").is_some(), "prefill ran with the peer visible");
+    assert_eq!(d.data.peer_endpoint().map(|c| c.id().to_string()), Some(pool()[1].id().to_string()));
+    // Prefill-first: the decode profile sees the prefill pick.
+    let yaml = PD
+        .replace(
+            "parameters: {deciders: {prefill: always-disagg-pd-decider}}",
+            "parameters: {stageOrder: prefill-first}",
+        )
+        .replace("- type: decode-filter\n", "- type: decode-filter\n- type: needs-peer\n")
+        .replace(
+            "{name: decode, plugins: [{pluginRef: decode-filter}]}",
+            "{name: decode, plugins: [{pluginRef: decode-filter}, {pluginRef: needs-peer}]}",
+        );
+    let loaded = load(&yaml, &registry, &cx, SchedulerMetrics::detached()).unwrap();
+    let d = loaded.scheduler.schedule(&chat_request("m", &["hi"]), pool()).unwrap();
+    assert_eq!(d.result.destination(), &*pool()[1].endpoint.host_port);
+    assert_eq!(d.data.peer_endpoint().map(|c| c.id().to_string()), Some(pool()[0].id().to_string()));
 }
