@@ -28,8 +28,17 @@ pub struct TwinCounter(GenericCounter<AtomicU64>, GenericCounter<AtomicU64>);
 #[derive(Clone, Debug)]
 pub struct TwinGauge(Gauge, Gauge);
 
-fn register<C: Collector + Clone + 'static>(registry: &Registry, c: &C) -> Result<(), prometheus::Error> {
-    registry.register(Box::new(c.clone()))
+/// Builds the family under both names and registers both.
+fn pair<C: Collector + Clone + 'static>(
+    registry: &Registry,
+    gie: &str,
+    llmd: &str,
+    make: impl Fn(&str) -> Result<C, prometheus::Error>,
+) -> Result<(C, C), prometheus::Error> {
+    let (a, b) = (make(gie)?, make(llmd)?);
+    registry.register(Box::new(a.clone()))?;
+    registry.register(Box::new(b.clone()))?;
+    Ok((a, b))
 }
 
 impl TwinHistogramVec {
@@ -42,10 +51,9 @@ impl TwinHistogramVec {
         buckets: &[f64],
         labels: &[&str],
     ) -> Result<Self, prometheus::Error> {
-        let a = HistogramVec::new(HistogramOpts::new(gie, help).buckets(buckets.to_vec()), labels)?;
-        let b = HistogramVec::new(HistogramOpts::new(llmd, help).buckets(buckets.to_vec()), labels)?;
-        register(registry, &a)?;
-        register(registry, &b)?;
+        let (a, b) = pair(registry, gie, llmd, |name| {
+            HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets.to_vec()), labels)
+        })?;
         Ok(Self(a, b))
     }
 
@@ -72,10 +80,7 @@ impl TwinCounterVec {
         help: &str,
         labels: &[&str],
     ) -> Result<Self, prometheus::Error> {
-        let a = IntCounterVec::new(Opts::new(gie, help), labels)?;
-        let b = IntCounterVec::new(Opts::new(llmd, help), labels)?;
-        register(registry, &a)?;
-        register(registry, &b)?;
+        let (a, b) = pair(registry, gie, llmd, |name| IntCounterVec::new(Opts::new(name, help), labels))?;
         Ok(Self(a, b))
     }
 
@@ -102,10 +107,7 @@ impl TwinGaugeVec {
         help: &str,
         labels: &[&str],
     ) -> Result<Self, prometheus::Error> {
-        let a = GaugeVec::new(Opts::new(gie, help), labels)?;
-        let b = GaugeVec::new(Opts::new(llmd, help), labels)?;
-        register(registry, &a)?;
-        register(registry, &b)?;
+        let (a, b) = pair(registry, gie, llmd, |name| GaugeVec::new(Opts::new(name, help), labels))?;
         Ok(Self(a, b))
     }
 
