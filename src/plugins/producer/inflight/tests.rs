@@ -35,20 +35,27 @@ fn result(with_prefill: bool) -> SchedulingResult {
     SchedulingResult::new("decode".into(), profiles)
 }
 
-#[test]
-fn pre_request_adds_and_completion_releases() {
-    let p = InFlightProducer::new("inflight".into(), None, None);
+/// Produces for a 20-token request over decode `d` and prefill `p`, then runs the
+/// pre-request hook with both profile results.
+fn schedule_20_tokens(p: &InFlightProducer) -> (InferenceRequest, SchedulingResult) {
     let request = token_request("m", &[7; 20]);
     let candidates = [endpoint("d").build(), endpoint("p").build()];
     let mut data = RequestData { tokens: Some(vec![7u32; 20].into()), ..Default::default() };
     p.produce(&request, &candidates, &mut data);
     let r = result(true);
     p.pre_request(&context_for(&request, &data), &r, &mut HeaderEdits::default());
+    (request, r)
+}
+
+#[test]
+fn pre_request_adds_and_completion_releases() {
+    let p = InFlightProducer::new("inflight".into(), None, None);
+    let (request, r) = schedule_20_tokens(&p);
     assert_eq!(p.load("d"), (1, 20));
     assert_eq!(p.load("p"), (1, 20));
     // The next request sees the load.
     let mut next = RequestData { tokens: Some(vec![7u32; 5].into()), ..Default::default() };
-    p.produce(&request, &candidates, &mut next);
+    p.produce(&request, &[endpoint("d").build(), endpoint("p").build()], &mut next);
     let loads = next.inflight(Some("inflight")).unwrap();
     assert_eq!(loads.per_endpoint.get("d"), Some(&(1, 20)));
     assert_eq!(loads.uncached_tokens.get("p"), Some(&5));
@@ -94,12 +101,7 @@ fn gauges_follow_the_ledger_and_drop_at_zero() {
     let metrics = crate::plugins::registry::PluginMetrics::default();
     let p = InFlightProducer::new("inflight".into(), None, None)
         .with_gauges(metrics.inflight_requests.clone(), metrics.inflight_tokens.clone());
-    let request = token_request("m", &[7; 20]);
-    let candidates = [endpoint("d").build(), endpoint("p").build()];
-    let mut data = RequestData { tokens: Some(vec![7u32; 20].into()), ..Default::default() };
-    p.produce(&request, &candidates, &mut data);
-    let r = result(true);
-    p.pre_request(&context_for(&request, &data), &r, &mut HeaderEdits::default());
+    let (request, r) = schedule_20_tokens(&p);
     let series = |g: &prometheus::IntGaugeVec| {
         use prometheus::core::Collector;
         let mut out: Vec<(String, i64)> = g.collect()[0]
@@ -130,12 +132,7 @@ fn gauges_follow_the_ledger_and_drop_at_zero() {
 #[test]
 fn with_output_estimation_decode_tokens_stay_until_completion() {
     let p = InFlightProducer::new("inflight".into(), None, Some((1.5, None)));
-    let request = token_request("m", &[7; 20]);
-    let candidates = [endpoint("d").build(), endpoint("p").build()];
-    let mut data = RequestData { tokens: Some(vec![7u32; 20].into()), ..Default::default() };
-    p.produce(&request, &candidates, &mut data);
-    let r = result(true);
-    p.pre_request(&context_for(&request, &data), &r, &mut HeaderEdits::default());
+    let (request, r) = schedule_20_tokens(&p);
     assert_eq!(p.load("d"), (1, 50), "20 input + 30 estimated output");
     p.on_first_response_chunk(&request, &r);
     assert_eq!(p.load("p"), (0, 0));
