@@ -10,6 +10,7 @@
 //! - `scheduling`: the pure scheduling pipeline (context, data, profiles, results).
 //! - `plugins`: plugin contracts, the registry and the catalogue.
 //! - `config`: EndpointPickerConfig loading and validation.
+//! - `flowcontrol`: admission queueing before scheduling (feature gate `flowControl`).
 //! - `endpoints`: discovery, the endpoint store, metric scraping.
 //! - `kvcache`: vLLM KV events (ZeroMQ, msgpack), block hashing, the sharded prefix index.
 //! - `telemetry`: logs, metrics, admin server.
@@ -24,6 +25,7 @@
 //! ```text
 //! Envoy --ext_proc--> extproc::stream --body--> request::openai --InferenceRequest-->
 //!   [tokenize::Tokenizer (async, deadline) --token ids--> InferenceRequest::tokens]
+//!   [flowcontrol::FlowController::enqueue_and_wait (gate flowControl)]
 //!   scheduling::Scheduler [producers -> ProfileHandler -> Profile(filters -> scorers x weight -> picker)]
 //!   --Decision--> extproc::response --headers + metadata--> Envoy
 //! vLLM /metrics --HTTP--> endpoints::scraper --PodMetrics--> endpoints::store
@@ -37,6 +39,7 @@ pub mod cli;
 pub mod config;
 pub mod endpoints;
 pub mod extproc;
+pub mod flowcontrol;
 pub mod kvcache;
 pub mod plugins;
 pub mod proto;

@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use super::error::{ConfigError, ConfigErrors, closest, ref_suggestion};
 use super::raw::{RawConfig, RawSaturationDetector};
-use super::{API_VERSIONS, FEATURE_GATES, producers, profiles};
+use super::{API_VERSIONS, FEATURE_GATES, flow_control, producers, profiles};
+use crate::flowcontrol::settings::FlowControlSettings;
 use crate::plugins::producer::passive::{CoreMetricsExtractorParams, MetricsDataSourceParams};
 use crate::plugins::registry::{BuildContext, PluginSpec, Registry, decode_params};
 use crate::plugins::{PluginInstance, PluginName};
@@ -26,6 +27,8 @@ pub struct LoadedConfig {
     pub injected: Vec<String>,
     /// Scraper settings from the data-layer plugins.
     pub data_layer: DataLayerSettings,
+    /// Flow Control settings; `Some` only with the `flowControl` feature gate.
+    pub flow_control: Option<FlowControlSettings>,
 }
 
 /// Settings the data-layer plugins give the scraper.
@@ -109,6 +112,7 @@ pub fn load(
     let producer_plan = producers::plan(registry, cx, &mut instances, &mut errors);
     let saturation = saturation_detector(&raw, registry, cx, &mut instances, &mut errors);
     let data_layer = data_layer(&raw, &instances, &mut errors);
+    let flow_settings = flow_control::build(raw.flow_control.as_ref(), &instances, &mut errors);
     check_refs(&raw, &instances, &mut errors);
     if !errors.is_empty() {
         return Err(ConfigErrors(errors));
@@ -148,11 +152,15 @@ pub fn load(
         metrics,
     );
     scheduler.saturation = saturation;
+    let flow_control = flow_settings.filter(|_| raw.feature_gates.iter().any(|g| g == "flowControl"));
+    // With Flow Control, admission (not the legacy shedding rule) decides who waits.
+    scheduler.legacy_shedding = flow_control.is_none();
     Ok(LoadedConfig {
         scheduler,
         injected: instances.injected,
         plugins: instances.items.into_iter().map(|(_, i)| i).collect(),
         data_layer,
+        flow_control,
     })
 }
 

@@ -5,6 +5,7 @@
 
 pub mod defaults;
 pub mod error;
+pub mod flow_control;
 pub mod loader;
 pub mod producers;
 pub mod profiles;

@@ -129,7 +129,8 @@ pub struct RawDataSource {
     pub extractors: Vec<RawPluginRef>,
 }
 
-/// `flowControl` (accepted and validated for shape; queueing itself is not implemented).
+/// `flowControl` (honoured only with the `flowControl` feature gate; see
+/// `config::flow_control` for the validation and `flowcontrol` for the runtime).
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct RawFlowControl {
@@ -144,17 +145,36 @@ pub struct RawFlowControl {
     #[serde(rename = "noEndpointRequestTTL")]
     pub no_endpoint_request_ttl: Option<String>,
     /// Default band.
-    pub default_priority_band: Option<serde_yaml::Value>,
+    pub default_priority_band: Option<RawPriorityBand>,
     /// Default band for negative priorities (llm-d).
-    pub default_negative_priority_band: Option<serde_yaml::Value>,
+    pub default_negative_priority_band: Option<RawPriorityBand>,
     /// Bands.
-    pub priority_bands: Option<Vec<serde_yaml::Value>>,
+    pub priority_bands: Option<Vec<RawPriorityBand>>,
     /// Usage limit policy.
     pub usage_limit_policy_plugin_ref: Option<String>,
     /// Saturation detector (llm-d location).
     pub saturation_detector: Option<RawPluginRef>,
     /// In-flight eviction (llm-d).
     pub enable_eviction: Option<bool>,
+}
+
+/// `flowControl.defaultPriorityBand`, `defaultNegativePriorityBand` and `priorityBands[]`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawPriorityBand {
+    /// Priority (bands only; ignored in the templates).
+    pub priority: Option<i32>,
+    /// Byte limit (quantity).
+    pub max_bytes: Option<serde_yaml::Value>,
+    /// Request limit (quantity).
+    pub max_requests: Option<serde_yaml::Value>,
+    /// Band TTL (duration; llm-d).
+    #[serde(rename = "defaultRequestTTL")]
+    pub default_request_ttl: Option<String>,
+    /// Fairness policy plugin.
+    pub fairness_policy_ref: Option<String>,
+    /// Ordering policy plugin.
+    pub ordering_policy_ref: Option<String>,
 }
 
 /// `requestHandler` (llm-d).

@@ -46,8 +46,11 @@ pub struct Scheduler {
     pub default_inflight_producer: Option<PluginName>,
     /// Metric handles.
     pub metrics: SchedulerMetrics,
-    /// Saturation detector used for shedding sheddable requests.
+    /// Saturation detector: sheds sheddable requests (legacy rule) or drives Flow Control.
     pub saturation: Option<Arc<dyn SaturationDetector>>,
+    /// Apply the legacy rule (priority < 0 and saturation >= 1 -> 429); off when Flow
+    /// Control admits requests instead.
+    pub legacy_shedding: bool,
     /// Objective name -> priority (what InferenceObjective objects say in Kubernetes); the
     /// request's objective header selects one, negative = sheddable.
     pub objectives: std::collections::HashMap<String, i32>,
@@ -78,9 +81,15 @@ impl Scheduler {
             default_inflight_producer,
             metrics,
             saturation: None,
+            legacy_shedding: true,
             objectives: std::collections::HashMap::new(),
             profile_names,
         }
+    }
+
+    /// The request's priority: its objective's (`objectives`), else `request.priority`.
+    pub fn priority(&self, request: &InferenceRequest) -> i32 {
+        request.headers.objective().and_then(|o| self.objectives.get(o)).copied().unwrap_or(request.priority)
     }
 
     /// Runs the data producers for a request.
@@ -114,9 +123,7 @@ impl Scheduler {
         if candidates.is_empty() {
             return Err(ScheduleError::NoCandidates);
         }
-        let priority =
-            request.headers.objective().and_then(|o| self.objectives.get(o)).copied().unwrap_or(request.priority);
-        if priority < 0 {
+        if self.legacy_shedding && self.priority(request) < 0 {
             if let Some(detector) = &self.saturation {
                 if detector.saturation(&candidates, tokio::time::Instant::now()) >= 1.0 {
                     return Err(ScheduleError::Saturated);

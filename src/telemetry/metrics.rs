@@ -3,11 +3,9 @@
 //! requests, plus `inference_extension_info`. Label values are bounded: model names are
 //! folded to `other` beyond a cap.
 
-use std::collections::HashSet;
-use std::sync::Mutex;
-
 use prometheus::{IntGaugeVec, Opts, Registry};
 
+use super::labels::BoundedLabels;
 use super::twin::{
     GENERAL_BUCKETS, OUTPUT_TOKEN_BUCKETS, TOKEN_BUCKETS, TwinCounterVec, TwinGaugeVec, TwinHistogramVec, size_buckets,
 };
@@ -26,7 +24,7 @@ pub struct RequestMetrics {
     output_tokens: TwinHistogramVec,
     cached_tokens: TwinHistogramVec,
     running: TwinGaugeVec,
-    models: Mutex<HashSet<String>>,
+    models: BoundedLabels,
 }
 
 impl RequestMetrics {
@@ -101,22 +99,13 @@ impl RequestMetrics {
                 "Requests in flight.",
                 &["model_name"],
             )?,
-            models: Mutex::new(HashSet::new()),
+            models: BoundedLabels::new(MODEL_LABEL_CAP),
         })
     }
 
     /// Folds a model name to a bounded label value.
     fn model_label(&self, model: &str) -> String {
-        let model = if model.is_empty() { "unknown" } else { model };
-        let mut seen = self.models.lock().unwrap_or_else(|p| p.into_inner());
-        if seen.contains(model) {
-            return model.to_string();
-        }
-        if seen.len() < MODEL_LABEL_CAP {
-            seen.insert(model.to_string());
-            return model.to_string();
-        }
-        "other".to_string()
+        self.models.get(model)
     }
 
     /// A request was scheduled.
