@@ -1,4 +1,5 @@
-//! Wiring: loads the config, builds the scheduler, starts discovery, scrapers, the ext_proc
+//! Wiring: loads the config, builds the scheduler (and, with the `flowControl` gate, the
+//! Flow Control controller and its dispatch loop), starts discovery, scrapers, the ext_proc
 //! server (TLS or h2c), the plaintext gRPC health server and the admin server, and owns
 //! shutdown through one cancellation token. `App::start` binds every listener first and
 //! reports the bound addresses, so tests can use port 0.
@@ -24,6 +25,8 @@ use crate::endpoints::scraper::{ScrapeConfig, ScrapeMetrics, run_scrapers};
 use crate::endpoints::store::EndpointStore;
 use crate::endpoints::vllm_metrics::{BUILTIN_ENGINES, builtin_engine};
 use crate::extproc::service::{ExtProcOptions, ExtProcService, Shared};
+use crate::flowcontrol::FlowController;
+use crate::flowcontrol::metrics::FlowControlMetrics;
 use crate::plugins::registry::{BuildContext, PluginMetrics, builtin};
 use crate::plugins::{BackgroundService, ServiceContext};
 use crate::proto::ext_proc::external_processor_server::ExternalProcessorServer;
@@ -142,11 +145,21 @@ impl App {
         let scrape = scrape_config(&settings, &loaded);
         let services: Vec<Arc<dyn BackgroundService>> =
             loaded.plugins.iter().filter_map(|p| p.background.clone()).collect();
+        let flow_control = match loaded.flow_control.take() {
+            Some(fc) => {
+                info!(ceiling = fc.ceiling, "Flow Control enabled");
+                let metrics = FlowControlMetrics::register(&registry)?;
+                let detector = loaded.scheduler.saturation.clone();
+                Some(Arc::new(FlowController::new(fc, store.clone(), detector, metrics)))
+            }
+            None => None,
+        };
         let shared = Arc::new(Shared {
             scheduler: ArcSwap::from_pointee(loaded.scheduler),
             store: store.clone(),
             metrics: Arc::new(RequestMetrics::register(&registry)?),
             options: settings.extproc.clone(),
+            flow_control: flow_control.clone(),
         });
         let scrape_metrics = ScrapeMetrics::register(&registry)?;
 
@@ -219,6 +232,9 @@ impl App {
                 settings.endpoints_poll_interval,
                 cancel.clone(),
             ));
+        }
+        if let Some(controller) = flow_control {
+            tasks.spawn(controller.run(cancel.clone()));
         }
         tasks.spawn(run_scrapers(store.clone(), Arc::new(scrape), scrape_metrics, cancel.clone()));
         info!(%grpc_addr, %health_addr, %metrics_addr, tls = settings.secure_serving, "epp serving");

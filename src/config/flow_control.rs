@@ -14,7 +14,8 @@ use super::raw::{RawFlowControl, RawPriorityBand};
 use crate::flowcontrol::settings::{BandSettings, DEFAULT_BAND_MAX_BYTES, Fairness, FlowControlSettings, Ordering};
 
 /// Policy types every config can name without declaring them.
-const ALWAYS_AVAILABLE: &[&str] = &["global-strict-fairness-policy", "fcfs-ordering-policy", "static-usage-limit-policy"];
+const ALWAYS_AVAILABLE: &[&str] =
+    &["global-strict-fairness-policy", "fcfs-ordering-policy", "static-usage-limit-policy"];
 
 /// Validates the block; `None` when it has errors (recorded in `errors`).
 pub(crate) fn build(
@@ -43,7 +44,8 @@ pub(crate) fn build(
             continue;
         };
         if s.bands.iter().any(|(p, _)| *p == priority) {
-            errors.push(ConfigError::new(format!("{path}.priority"), format!("duplicate band for priority {priority}")));
+            errors
+                .push(ConfigError::new(format!("{path}.priority"), format!("duplicate band for priority {priority}")));
             continue;
         }
         s.bands.push((priority, band(b, &path, instances, errors)));
@@ -145,9 +147,7 @@ fn duration(text: Option<&str>, path: &str, errors: &mut Vec<ConfigError>) -> Op
 
 fn quantity(value: Option<&serde_yaml::Value>, path: &str, errors: &mut Vec<ConfigError>) -> Option<u64> {
     let parsed = match value? {
-        serde_yaml::Value::Number(n) => {
-            n.as_u64().ok_or_else(|| format!("{n} is not a non-negative whole number"))
-        }
+        serde_yaml::Value::Number(n) => n.as_u64().ok_or_else(|| format!("{n} is not a non-negative whole number")),
         serde_yaml::Value::String(s) => parse_quantity(s),
         other => Err(format!("expected a quantity, found {other:?}")),
     };
@@ -180,10 +180,7 @@ pub fn parse_quantity(text: &str) -> Result<u64, String> {
         ("m", 1e-3),
     ];
     let t = text.trim();
-    let (number, factor) = SUFFIXES
-        .iter()
-        .find_map(|(s, f)| t.strip_suffix(s).map(|n| (n, *f)))
-        .unwrap_or((t, 1.0));
+    let (number, factor) = SUFFIXES.iter().find_map(|(s, f)| t.strip_suffix(s).map(|n| (n, *f))).unwrap_or((t, 1.0));
     let value: f64 = number.parse().map_err(|_| format!("invalid quantity {text:?}"))?;
     let total = (value * factor).ceil();
     if !total.is_finite() || total < 0.0 || total > u64::MAX as f64 {

@@ -166,3 +166,40 @@ fn deprecated_aliases_load() {
     let loaded = try_load(text).unwrap();
     assert_eq!(loaded.scheduler.profiles[0].scorers.len(), 1);
 }
+
+#[test]
+fn flow_control_block_is_typed_and_honoured_only_with_the_gate() {
+    use crate::flowcontrol::settings::{Fairness, Ordering};
+    let block = "plugins: [{type: queue-scorer}, {type: round-robin-fairness-policy, name: rr}, {type: edf-ordering-policy}, \
+        {type: static-usage-limit-policy, name: limit, parameters: {threshold: 0.8}}]\n\
+        flowControl: {maxBytes: 2Gi, maxRequests: \"1k\", defaultRequestTTL: 30s, usageLimitPolicyPluginRef: limit, \
+        priorityBands: [{priority: 5, maxRequests: 10, fairnessPolicyRef: rr, orderingPolicyRef: edf-ordering-policy}]}";
+    let off = try_load(block).unwrap();
+    assert!(off.flow_control.is_none() && off.scheduler.legacy_shedding);
+    let on = try_load(&format!("featureGates: [flowControl]\n{block}")).unwrap();
+    assert!(!on.scheduler.legacy_shedding, "Flow Control replaces the legacy shedding rule");
+    let fc = on.flow_control.expect("gate on");
+    assert_eq!((fc.max_bytes, fc.max_requests, fc.ceiling), (Some(2 << 30), Some(1000), 0.8));
+    assert_eq!(fc.default_ttl, Some(std::time::Duration::from_secs(30)));
+    let band = fc.band(5);
+    assert_eq!((band.max_requests, band.fairness, band.ordering), (Some(10), Fairness::RoundRobin, Ordering::Edf));
+    assert_eq!(band.max_bytes, Some(crate::flowcontrol::settings::DEFAULT_BAND_MAX_BYTES));
+    assert_eq!(fc.band(0).fairness, Fairness::GlobalStrict);
+}
+
+#[test]
+fn flow_control_errors_have_paths() {
+    let errs = errors(
+        "plugins: [{type: queue-scorer}]\nflowControl: {maxBytes: lots, defaultRequestTTL: soon, \
+        defaultPriorityBand: {fairnessPolicyRef: queue-scorer}, \
+        priorityBands: [{maxRequests: 1}, {priority: 1, orderingPolicyRef: fifo-policy}]}",
+    );
+    assert!(has_error(&errs, "flowControl.maxBytes", "invalid quantity"), "{errs:?}");
+    assert!(has_error(&errs, "flowControl.defaultRequestTTL", "invalid duration"), "{errs:?}");
+    assert!(
+        has_error(&errs, "flowControl.defaultPriorityBand.fairnessPolicyRef", "is not a fairness policy"),
+        "{errs:?}"
+    );
+    assert!(has_error(&errs, "flowControl.priorityBands[0].priority", "required"), "{errs:?}");
+    assert!(has_error(&errs, "flowControl.priorityBands[1].orderingPolicyRef", "undefined plugin"), "{errs:?}");
+}

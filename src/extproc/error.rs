@@ -1,6 +1,7 @@
 //! The single mapping from request-processing failures to the wire: an `ImmediateResponse`
 //! with HTTP status and body `inference error: <Code> - <Msg>` (GIE's format and codes).
 
+use crate::flowcontrol::Outcome;
 use crate::request::openai::BodyError;
 use crate::scheduling::ScheduleError;
 
@@ -66,6 +67,27 @@ impl From<ScheduleError> for ExtProcError {
     }
 }
 
+impl ExtProcError {
+    /// The failure for a Flow Control admission outcome; `None` when dispatched.
+    pub fn from_admission(outcome: Outcome) -> Option<Self> {
+        Some(match outcome {
+            Outcome::Dispatched => return None,
+            Outcome::RejectedCapacity(why) => {
+                Self::ResourceExhausted(format!("request rejected by flow control: {why}"))
+            }
+            Outcome::RejectedNoEndpoints => {
+                Self::ServiceUnavailable("failed to find endpoint candidates for serving the request".into())
+            }
+            Outcome::EvictedTtl(waited) => Self::ServiceUnavailable(format!(
+                "request timed out in queue: waited {}",
+                humantime::format_duration(waited)
+            )),
+            Outcome::EvictedCancelled => Self::ServiceUnavailable("request cancelled while queued".into()),
+            Outcome::EvictedOther => Self::Internal("flow control stopped while the request was queued".into()),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -79,5 +101,20 @@ mod tests {
         let e = ExtProcError::BadRequest("model not found in request body".into());
         assert_eq!(e.body(), "inference error: BadRequest - model not found in request body");
         assert_eq!(ExtProcError::Internal("x".into()).http_status(), 500);
+    }
+
+    #[test]
+    fn maps_flow_control_outcomes() {
+        let status = |o| ExtProcError::from_admission(o).map(|e| e.http_status());
+        assert_eq!(status(Outcome::Dispatched), None);
+        assert_eq!(status(Outcome::RejectedCapacity("full".into())), Some(429));
+        assert_eq!(status(Outcome::RejectedNoEndpoints), Some(503));
+        assert_eq!(status(Outcome::EvictedCancelled), Some(503));
+        assert_eq!(status(Outcome::EvictedOther), Some(500));
+        let ttl = ExtProcError::from_admission(Outcome::EvictedTtl(std::time::Duration::from_secs(2)));
+        assert_eq!(
+            ttl.map(|e| e.body()).unwrap_or_default(),
+            "inference error: ServiceUnavailable - request timed out in queue: waited 2s"
+        );
     }
 }

@@ -1,6 +1,7 @@
 //! The tonic `ExternalProcessor` service: one task per gRPC stream drives a
 //! `StreamProcessor` and forwards its replies through a bounded channel. A stream that ends
-//! (client half-close, cancel, transport error) still runs completion accounting.
+//! (client half-close, cancel, transport error) still runs completion accounting; a client
+//! that cancels while a message is being handled (e.g. queued by Flow Control) stops it.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -51,6 +52,8 @@ pub struct Shared {
     pub metrics: Arc<RequestMetrics>,
     /// Options.
     pub options: ExtProcOptions,
+    /// Flow Control admission (feature gate `flowControl`); `None` = admit at once.
+    pub flow_control: Option<Arc<crate::flowcontrol::FlowController>>,
 }
 
 /// The ext_proc service.
@@ -91,7 +94,13 @@ impl ExternalProcessor for ExtProcService {
                             break;
                         }
                     };
-                    for reply in processor.handle(msg).await {
+                    // The reply stream closes when the client cancels (e.g. Envoy resets the
+                    // stream): stop waiting, which withdraws a request queued by Flow Control.
+                    let replies = tokio::select! {
+                        replies = processor.handle(msg) => replies,
+                        () = tx.closed() => break,
+                    };
+                    for reply in replies {
                         if tx.send(Ok(reply)).await.is_err() {
                             processor.complete();
                             return;

@@ -3,7 +3,8 @@
 //! the destination, the body echoed in <= 62000-byte chunks, and a trailers reply if the
 //! body ended with trailers), buffered (headers answered at once, the destination in the
 //! body reply), headers-only / body-less (destination at once), streamed (no body-aware
-//! pick possible: destination at once, each chunk acknowledged). Response side: headers,
+//! pick possible: destination at once, each chunk acknowledged). With Flow Control on, a
+//! parsed request waits for admission before it is scheduled. Response side: headers,
 //! body (SSE chunks echoed as they come, JSON buffered then echoed) and trailers answered in
 //! order; usage read for metrics; completion hooks run exactly once, also when the client
 //! goes away. Body data after the first end of stream is ignored (Envoy's duplicate-EOS
@@ -17,10 +18,11 @@ use bytes::Bytes;
 use prost_types::Struct;
 use tracing::debug;
 
-use super::decide::{Outcome, decide, prepare, random_endpoint, schedule_prepared};
+use super::decide::{Outcome, prepare, random_endpoint, schedule_prepared};
 use super::error::ExtProcError;
 use super::response::{self as resp, Direction};
 use super::service::Shared;
+use crate::flowcontrol::{DEFAULT_FLOW, FlowRequest};
 use crate::proto::envoy::config::core::v3::HeaderMap;
 use crate::proto::ext_proc::processing_request::Request;
 use crate::proto::ext_proc::{CommonResponse, ProcessingRequest, ProcessingResponse};
@@ -28,7 +30,6 @@ use crate::request::InferenceRequest;
 use crate::request::headers::{self, CONTENT_LENGTH, DESTINATION_ENDPOINT, REQUEST_ID, RequestHeaders};
 use crate::request::usage::{SseUsageScanner, Usage, restore_model_name, usage_from_json};
 use crate::scheduling::result::{HeaderEdits, SchedulingResult};
-use crate::tokenize::Tokenizer;
 
 /// Bodies larger than this are parsed and scheduled on the blocking pool.
 const OFFLOAD_BODY_BYTES: usize = 256 * 1024;
@@ -206,49 +207,13 @@ impl StreamProcessor {
         vec![resp::request_trailers()]
     }
 
-    /// Parses and schedules the whole body, then builds the replies for the body mode.
+    /// Parses the whole body, awaits the tokenize step (when a producer has one) and Flow
+    /// Control admission (when enabled), schedules, then builds the replies for the body
+    /// mode. Large bodies are parsed and scheduled on the blocking pool.
     async fn schedule_body(&mut self, ended_with_trailers: bool) -> Vec<ProcessingResponse> {
-        let body = std::mem::take(&mut self.body);
         let use_hint = !self.shared.options.disable_subset_filter;
-        let tokenizer = self.shared.scheduler.load().producers.iter().find_map(|s| s.plugin.tokenizer().cloned());
-        if let Some(tokenizer) = tokenizer {
-            return self.schedule_body_tokenized(body, &tokenizer, ended_with_trailers).await;
-        }
-        let (outcome, body) = if body.len() > OFFLOAD_BODY_BYTES {
-            let shared = self.shared.clone();
-            let headers = self.headers.clone();
-            let metadata = self.metadata.clone();
-            let joined = tokio::task::spawn_blocking(move || {
-                let scheduler = shared.scheduler.load();
-                let outcome = decide(&scheduler, &shared.store, &headers, &metadata, &body, use_hint);
-                (outcome, body)
-            })
-            .await;
-            match joined {
-                Ok(pair) => pair,
-                Err(e) => return self.fail(ExtProcError::Internal(format!("scheduling task failed: {e}"))),
-            }
-        } else {
-            let scheduler = self.shared.scheduler.load();
-            (decide(&scheduler, &self.shared.store, &self.headers, &self.metadata, &body, use_hint), body)
-        };
-        match outcome {
-            Ok(outcome) => self.reply_scheduled(outcome, body, ended_with_trailers),
-            Err(e) => self.fail(e),
-        }
-    }
-
-    /// As `schedule_body`, with the asynchronous tokenize step between parsing and the
-    /// decision (the decision itself stays synchronous and I/O-free).
-    async fn schedule_body_tokenized(
-        &mut self,
-        body: Vec<u8>,
-        tokenizer: &Tokenizer,
-        ended_with_trailers: bool,
-    ) -> Vec<ProcessingResponse> {
-        let use_hint = !self.shared.options.disable_subset_filter;
+        let body = Bytes::from(std::mem::take(&mut self.body));
         let large = body.len() > OFFLOAD_BODY_BYTES;
-        let body = Bytes::from(body);
         let prepared = if large {
             let (headers, raw) = (self.headers.clone(), body.clone());
             match tokio::task::spawn_blocking(move || prepare(&headers, &raw)).await {
@@ -262,8 +227,12 @@ impl StreamProcessor {
             Ok(p) => p,
             Err(e) => return self.fail(e),
         };
-        if let Some(parsed) = &prepared.request.body {
+        let tokenizer = self.shared.scheduler.load().producers.iter().find_map(|s| s.plugin.tokenizer().cloned());
+        if let (Some(tokenizer), Some(parsed)) = (tokenizer, &prepared.request.body) {
             prepared.request.tokens = tokenizer.tokenize(&prepared.request.target_model, parsed, body.clone()).await;
+        }
+        if let Some(error) = self.admit(&prepared.request).await {
+            return self.fail(error);
         }
         let outcome = if large {
             let (shared, metadata) = (self.shared.clone(), self.metadata.clone());
@@ -280,12 +249,26 @@ impl StreamProcessor {
             let scheduler = self.shared.scheduler.load();
             schedule_prepared(&scheduler, &self.shared.store, &self.metadata, prepared, use_hint)
         };
-        // The tokenize step has finished with its clones, so this reuses the allocation.
+        // The parse and tokenize steps have finished with their clones, so this reuses the
+        // allocation.
         let body = Vec::from(body);
         match outcome {
             Ok(outcome) => self.reply_scheduled(outcome, body, ended_with_trailers),
             Err(e) => self.fail(e),
         }
+    }
+
+    /// Flow Control admission (`None` = proceed): waits in the queue when the gate is on.
+    async fn admit(&self, request: &InferenceRequest) -> Option<ExtProcError> {
+        let controller = self.shared.flow_control.as_ref()?;
+        let flow = FlowRequest {
+            fairness_id: request.headers.fairness_id().unwrap_or(DEFAULT_FLOW).to_string(),
+            priority: self.shared.scheduler.load().priority(request),
+            bytes: request.body_len as u64,
+            model: request.incoming_model.clone(),
+            target: request.target_model.clone(),
+        };
+        ExtProcError::from_admission(controller.enqueue_and_wait(flow).await)
     }
 
     fn reply_scheduled(

@@ -117,7 +117,8 @@ impl FlowController {
         self.metrics.enqueued(&labels, "Enqueued", start.elapsed().as_secs_f64());
         self.metrics.queued(&labels, 1.0, request.bytes);
         self.wake.notify_one();
-        let mut guard = Withdraw { controller: self, priority: request.priority, flow: &request.fairness_id, id: Some(id), start };
+        let mut guard =
+            Withdraw { controller: self, priority: request.priority, flow: &request.fairness_id, id: Some(id), start };
         let outcome = match deadline {
             None => (&mut released).await.map_or(Outcome::EvictedOther, |()| Outcome::Dispatched),
             Some(deadline) => tokio::select! {

@@ -45,7 +45,8 @@ impl FlowControlMetrics {
     /// Registers the families.
     pub fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
         let queue_labels = &["fairness_id", "priority", "inference_pool", "model_name", "target_model_name"];
-        let twin = |name: &str| (format!("inference_extension_flow_control_{name}"), format!("llm_d_epp_flow_control_{name}"));
+        let twin =
+            |name: &str| (format!("inference_extension_flow_control_{name}"), format!("llm_d_epp_flow_control_{name}"));
         let histogram = |name: &str, help: &str, buckets: &[f64], labels: &[&str]| {
             let (gie, llmd) = twin(name);
             TwinHistogramVec::register(registry, &gie, &llmd, help, buckets, labels)
@@ -80,7 +81,11 @@ impl FlowControlMetrics {
             )?,
             queue_size: gauge("queue_size", "Requests waiting in the Flow Control queue.", queue_labels)?,
             queue_bytes: gauge("queue_bytes", "Bytes of requests waiting in the Flow Control queue.", queue_labels)?,
-            saturation: gauge("pool_saturation", "Pool saturation seen by the last dispatch cycle.", &["inference_pool"])?,
+            saturation: gauge(
+                "pool_saturation",
+                "Pool saturation seen by the last dispatch cycle.",
+                &["inference_pool"],
+            )?,
             requests,
             fairness_ids: BoundedLabels::new(LABEL_CAP),
             models: BoundedLabels::new(LABEL_CAP),

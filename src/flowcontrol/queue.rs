@@ -251,7 +251,9 @@ mod tests {
     #[test]
     fn higher_priority_bands_go_first_then_arrival_order() {
         let mut q = queues(Fairness::GlobalStrict);
-        for (flow, priority, name) in [("a", 0, "a0"), ("b", -1, "b-1"), ("a", 10, "a10"), ("b", 0, "b0"), ("a", 0, "a0'")] {
+        for (flow, priority, name) in
+            [("a", 0, "a0"), ("b", -1, "b-1"), ("a", 10, "a10"), ("b", 0, "b0"), ("a", 0, "a0'")]
+        {
             q.push(flow, priority, 1, None, name).unwrap();
         }
         assert_eq!(q.head_priority(), Some(10));

@@ -77,7 +77,12 @@ fn outcomes(registry: &prometheus::Registry, outcome: &str) -> u64 {
 }
 
 /// Spawns a waiter that reports `(name, outcome)` when its admission ends.
-fn waiter(c: &Arc<FlowController>, r: FlowRequest, name: &'static str, done: &mpsc::UnboundedSender<(&'static str, Outcome)>) -> tokio::task::JoinHandle<()> {
+fn waiter(
+    c: &Arc<FlowController>,
+    r: FlowRequest,
+    name: &'static str,
+    done: &mpsc::UnboundedSender<(&'static str, Outcome)>,
+) -> tokio::task::JoinHandle<()> {
     let (c, done) = (c.clone(), done.clone());
     tokio::spawn(async move {
         let outcome = c.enqueue_and_wait(r).await;

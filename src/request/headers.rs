@@ -89,4 +89,9 @@ impl RequestHeaders {
     pub fn objective(&self) -> Option<&str> {
         self.get_any(&[OBJECTIVE_LLMD, OBJECTIVE])
     }
+
+    /// The fairness id header (llm-d spelling first), if any.
+    pub fn fairness_id(&self) -> Option<&str> {
+        self.get_any(&[FAIRNESS_ID_LLMD, FAIRNESS_ID])
+    }
 }
