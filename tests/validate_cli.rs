@@ -82,9 +82,23 @@ fn configs_and_multi_document_files() {
     let f =
         all.iter().find(|f| f.path == "plugins[1].parameters.deciders.prefill").unwrap_or_else(|| panic!("{all:#?}"));
     assert!(f.message.contains("prefix-based-pd-decider"));
+    assert_eq!(all.len(), 1, "the handler that failed to build is the only finding: {all:#?}");
     let all = findings("multi-doc.yaml");
     assert_eq!(all.len(), 1, "{all:#?}");
     assert_eq!((all[0].document, all[0].path.as_str()), (1, "spec.worker.initContainers"));
+}
+
+#[test]
+fn label_filters_are_checked_against_the_pod_templates() {
+    let all = findings("label-selectors.yaml");
+    let warned: Vec<&str> = all
+        .iter()
+        .filter(|f| f.severity == Severity::Warning && f.message.contains("matches no pod template"))
+        .map(|f| f.path.as_str())
+        .collect();
+    let plugin = |i: usize| format!("{INLINE}.plugins[{i}]");
+    assert_eq!(warned, [plugin(0), plugin(2), plugin(4)], "{all:#?}");
+    assert!(!all.iter().any(|f| f.severity == Severity::Error), "{all:#?}");
 }
 
 fn epp(args: &[&str]) -> std::process::Output {

@@ -46,6 +46,8 @@ pub(crate) struct Instances {
     pub(crate) injected: Vec<String>,
     /// Every name declared in the document, including plugins that failed to build.
     pub(crate) declared: Vec<String>,
+    /// Canonical types of declared plugins that failed to build (their errors are recorded).
+    pub(crate) failed_types: Vec<&'static str>,
     /// Registered type names (for suggestions).
     pub(crate) types: Vec<&'static str>,
 }
@@ -195,8 +197,13 @@ fn instantiate(raw: &RawConfig, registry: &Registry, cx: &BuildContext, errors: 
         .iter()
         .filter_map(|p| p.name.clone().filter(|n| !n.is_empty()).or_else(|| p.type_name.clone()))
         .collect();
-    let mut out =
-        Instances { items: Vec::new(), injected: Vec::new(), declared: declared.clone(), types: registry.names() };
+    let mut out = Instances {
+        items: Vec::new(),
+        injected: Vec::new(),
+        declared: declared.clone(),
+        failed_types: Vec::new(),
+        types: registry.names(),
+    };
     for (i, p) in raw.plugins.iter().enumerate() {
         let path = format!("plugins[{i}]");
         let Some(type_name) = p.type_name.as_deref().filter(|t| !t.is_empty()) else {
@@ -232,7 +239,10 @@ fn instantiate(raw: &RawConfig, registry: &Registry, cx: &BuildContext, errors: 
         plugin_cx.declared = declared.clone();
         match (reg.factory)(&spec, &plugin_cx) {
             Ok(instance) => out.items.push((spec, instance)),
-            Err(e) => errors.push(ConfigError::new(e.path, e.message)),
+            Err(e) => {
+                out.failed_types.push(reg.type_name);
+                errors.push(ConfigError::new(e.path, e.message));
+            }
         }
     }
     out

@@ -9,7 +9,7 @@ use super::error::ConfigError;
 use super::loader::Instances;
 use super::raw::{RawConfig, RawProfile, RawProfilePlugin};
 use crate::plugins::registry::{BuildContext, Registry};
-use crate::plugins::{Picker, ProfileHandler};
+use crate::plugins::{Picker, ProfileHandler, profile_handler};
 use crate::scheduling::metrics::{ExtensionPoint, SchedulerMetrics};
 use crate::scheduling::profile::{Profile, Slot, WeightedScorer};
 
@@ -75,6 +75,8 @@ fn handler(
     let handlers: Vec<usize> =
         instances.items.iter().enumerate().filter(|(_, (_, i))| i.profile_handler.is_some()).map(|(k, _)| k).collect();
     let index = match handlers.as_slice() {
+        // A declared handler that failed to build already has its own error.
+        [] if instances.failed_types.iter().any(|t| profile_handler::TYPES.contains(t)) => return None,
         [] if raw_profiles.len() == 1 => {
             match instances.inject(registry, cx, "single-profile-handler", "one profile and no profile handler") {
                 Ok(_) => instances.items.len() - 1,

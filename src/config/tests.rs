@@ -203,3 +203,14 @@ fn flow_control_errors_have_paths() {
     assert!(has_error(&errs, "flowControl.priorityBands[0].priority", "required"), "{errs:?}");
     assert!(has_error(&errs, "flowControl.priorityBands[1].orderingPolicyRef", "undefined plugin"), "{errs:?}");
 }
+
+#[test]
+fn a_profile_handler_that_fails_to_build_is_reported_once() {
+    let errs = errors(
+        "plugins: [{type: disagg-profile-handler, parameters: {deciders: {prefill: nope}}}, {type: decode-filter}, \
+        {type: prefill-filter}]\nschedulingProfiles: [{name: prefill, plugins: [{pluginRef: prefill-filter}]}, \
+        {name: decode, plugins: [{pluginRef: decode-filter}]}]",
+    );
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert!(errs[0].path.starts_with("plugins[0].parameters.deciders"), "{errs:?}");
+}

@@ -3,8 +3,8 @@
 //! `<name>-inference-pool`, `initContainers` on `spec.worker`, `replicas` with `scaling`,
 //! `scaling` without `wva` or with both/neither of `keda`/`hpa`, `idleReplicaCount` >=
 //! `minReplicas`, KV-transfer roles of the prefill and decode pools, P/D profile names vs the
-//! handler's parameters, and role filters that match no pool. Precise-prefix cross-checks
-//! are in `precise`.
+//! handler's parameters. Role and label filters that match no pod template are in `labels`,
+//! precise-prefix cross-checks in `precise`.
 
 use serde_yaml::Value;
 
@@ -36,7 +36,7 @@ pub fn check(doc: &Value) -> Vec<Finding> {
     kv_roles(doc, &pools, &mut out);
     if let Some(config) = inline {
         disagg_profiles(doc, config, &mut out);
-        role_filters(doc, config, &mut out);
+        super::labels::check(config, &super::labels::pod_templates(doc), &mut out);
         out.extend(super::precise::check(config, &pools));
     }
     out
@@ -206,38 +206,5 @@ fn disagg_profiles(doc: &Value, config: &Value, out: &mut Vec<Finding>) {
     let prefill = name_of("prefill", "prefillProfile", "prefill");
     if has_prefill_pool && !profiles.contains(&prefill) {
         out.push(Finding::warning(format!("{base}.profiles.prefill"), format!("prefill profile {prefill:?} is not among schedulingProfiles {profiles:?}: requests always go decode-only"), "name the prefill profile in profiles.prefill or rename the profile"));
-    }
-}
-
-/// Roles the pools' pods carry: an explicit `llm-d.ai/role` label, else the pool's default.
-fn pool_roles(doc: &Value) -> Vec<String> {
-    let label =
-        |keys: &[&str]| at(doc, keys).and_then(|l| l.get("llm-d.ai/role")).and_then(Value::as_str).map(str::to_string);
-    let mut roles = vec![label(&["spec", "labels"]).unwrap_or_else(|| "decode".into())];
-    if at(doc, &["spec", "prefill"]).is_some() {
-        roles.push(label(&["spec", "prefill", "labels"]).unwrap_or_else(|| "prefill".into()));
-    }
-    roles
-}
-
-fn role_filters(doc: &Value, config: &Value, out: &mut Vec<Finding>) {
-    use crate::plugins::filter::role::{
-        DECODE, DECODE_FILTER, ENCODE, ENCODE_FILTER, PREFILL, PREFILL_FILTER, RoleFilter,
-    };
-    let roles = pool_roles(doc);
-    for (i, (t, name, _)) in plugins(config).iter().enumerate() {
-        let filter: &RoleFilter = match t.as_str() {
-            t if t == DECODE => &DECODE_FILTER,
-            t if t == PREFILL => &PREFILL_FILTER,
-            t if t == ENCODE => &ENCODE_FILTER,
-            _ => continue,
-        };
-        if !roles.iter().any(|r| filter.accepts(Some(r))) {
-            out.push(Finding::warning(
-                format!("{INLINE}.plugins[{i}]"),
-                format!("{name} ({t}) matches no pod: the pools carry llm-d.ai/role {roles:?}"),
-                "add the matching pool (e.g. spec.prefill) or fix the pod labels",
-            ));
-        }
     }
 }

@@ -5,6 +5,7 @@
 //! the known pitfalls (`manifest`, `precise`). Each finding has a severity, a path inside its
 //! document, a message and a fix. Pure: reads text, returns findings; the CLI does the I/O.
 
+pub mod labels;
 pub mod manifest;
 pub mod precise;
 pub mod vllm;

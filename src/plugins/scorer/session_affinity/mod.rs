@@ -171,7 +171,8 @@ fn session_id_strategy(p: &Params, at: &dyn Fn(&str) -> String) -> Result<Strate
         let v = nested.or(top).unwrap_or(default);
         let ok = v.is_finite() && if zero_ok { v >= 0.0 } else { v > 0.0 };
         let rule = if zero_ok { "must be >= 0" } else { "must be > 0" };
-        ok.then(|| Duration::from_secs_f64(v)).ok_or_else(|| BuildError::new(at(&format!("sessionIdConfig.{key}")), rule))
+        ok.then(|| Duration::from_secs_f64(v))
+            .ok_or_else(|| BuildError::new(at(&format!("sessionIdConfig.{key}")), rule))
     };
     let ttl = seconds(c.eviction_ttl_seconds, p.eviction_ttl_seconds, 300.0, "evictionTtlSeconds", true)?;
     let sweep = seconds(c.eviction_sweep_seconds, p.eviction_sweep_seconds, 10.0, "evictionSweepSeconds", false)?;
@@ -300,7 +301,9 @@ mod tests {
         assert!(plugin(serde_json::json!({"strategy": "session_id"})).is_ok(), "defaults: x-session-id, 300 s, 10 s");
         assert!(plugin(serde_json::json!({"strategy": "session_id", "evictionTtlSeconds": 0})).is_ok(), "0 = keep");
         assert_eq!(
-            path(serde_json::json!({"strategy": "session_id", "sessionIdConfig": {"sources": [{"header": "a", "attribute": "b"}]}})),
+            path(
+                serde_json::json!({"strategy": "session_id", "sessionIdConfig": {"sources": [{"header": "a", "attribute": "b"}]}})
+            ),
             "plugins[0].parameters.sessionIdConfig.sources[0]"
         );
         assert_eq!(
