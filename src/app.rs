@@ -105,6 +105,8 @@ pub struct App {
     pub store: EndpointStore,
     /// The metrics registry.
     pub registry: prometheus::Registry,
+    /// The Flow Control controller (gate `flowControl`).
+    pub flow_control: Option<Arc<FlowController>>,
     cancel: CancellationToken,
     tasks: JoinSet<()>,
     services: Vec<Arc<dyn BackgroundService>>,
@@ -233,7 +235,7 @@ impl App {
                 cancel.clone(),
             ));
         }
-        if let Some(controller) = flow_control {
+        if let Some(controller) = flow_control.clone() {
             tasks.spawn(controller.run(cancel.clone()));
         }
         tasks.spawn(run_scrapers(store.clone(), Arc::new(scrape), scrape_metrics, cancel.clone()));
@@ -245,7 +247,7 @@ impl App {
                 anyhow::bail!("starting a plugin's background service failed: {error}");
             }
         }
-        Ok(Self { grpc_addr, health_addr, metrics_addr, store, registry, cancel, tasks, services })
+        Ok(Self { grpc_addr, health_addr, metrics_addr, store, registry, flow_control, cancel, tasks, services })
     }
 
     /// Barrier: resolves once every plugin background service (e.g. KV-event subscribers) has

@@ -8,7 +8,7 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use tokio::sync::{Notify, oneshot};
+use tokio::sync::{Notify, oneshot, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -51,6 +51,8 @@ pub struct FlowController {
     ttl: FlowControlSettings,
     queues: Mutex<Queues<Ticket>>,
     wake: Notify,
+    /// Queue length after every change (a barrier for tests and observers).
+    length: watch::Sender<u64>,
     store: EndpointStore,
     detector: Option<Arc<dyn SaturationDetector>>,
     metrics: FlowControlMetrics,
@@ -69,6 +71,7 @@ impl FlowController {
             ttl: settings.clone(),
             queues: Mutex::new(Queues::new(settings)),
             wake: Notify::new(),
+            length: watch::Sender::new(0),
             store,
             detector,
             metrics,
@@ -82,6 +85,16 @@ impl FlowController {
     /// Requests waiting now.
     pub fn queued(&self) -> u64 {
         self.queues().len()
+    }
+
+    /// Follows the number of waiting requests (updated on every change).
+    pub fn subscribe_queued(&self) -> watch::Receiver<u64> {
+        self.length.subscribe()
+    }
+
+    /// Publishes the queue length; called with the queues locked, so updates stay in order.
+    fn publish(&self, queues: &Queues<Ticket>) {
+        self.length.send_replace(queues.len());
     }
 
     /// Saturation of the pool now (1.0 for an empty pool, as the detectors define it).
@@ -104,7 +117,12 @@ impl FlowController {
         let (release, mut released) = oneshot::channel();
         let deadline = self.ttl.ttl(request.priority).map(|t| start + t);
         let ticket = Ticket { release, labels: labels.clone() };
-        let pushed = self.queues().push(&request.fairness_id, request.priority, request.bytes, deadline, ticket);
+        let pushed = {
+            let mut queues = self.queues();
+            let pushed = queues.push(&request.fairness_id, request.priority, request.bytes, deadline, ticket);
+            self.publish(&queues);
+            pushed
+        };
         let id = match pushed {
             Ok(id) => id,
             Err(e) => {
@@ -148,6 +166,7 @@ impl FlowController {
                 break;
             }
             let Some(entry) = queues.pop_next() else { break };
+            self.publish(&queues);
             drop(queues);
             self.metrics.queued(&entry.payload.labels, -1.0, entry.bytes);
             // A receiver gone means the caller withdrew at this moment; nothing to do.
@@ -188,7 +207,10 @@ impl Withdraw<'_> {
     /// The request's labels when it was still queued (and is now removed).
     fn withdraw(&mut self) -> Option<FlowLabels> {
         let id = self.id.take()?;
-        let entry = self.controller.queues().remove(self.priority, self.flow, id)?;
+        let mut queues = self.controller.queues();
+        let entry = queues.remove(self.priority, self.flow, id)?;
+        self.controller.publish(&queues);
+        drop(queues);
         self.controller.metrics.queued(&entry.payload.labels, -1.0, entry.bytes);
         Some(entry.payload.labels)
     }

@@ -54,15 +54,11 @@ fn request(flow: &str, priority: i32) -> FlowRequest {
     FlowRequest { fairness_id: flow.into(), priority, bytes: 10, model: "m".into(), target: "m".into() }
 }
 
-/// Lets spawned waiters run until `n` requests are queued (bounded).
+/// Waits (on the queue-length watch) until `n` requests are queued.
 async fn until_queued(c: &FlowController, n: u64) {
-    for _ in 0..1000 {
-        if c.queued() == n {
-            return;
-        }
-        tokio::task::yield_now().await;
-    }
-    panic!("expected {n} queued, found {}", c.queued());
+    let mut length = c.subscribe_queued();
+    let reached = tokio::time::timeout(Duration::from_secs(60), length.wait_for(|v| *v == n)).await;
+    assert!(matches!(reached, Ok(Ok(_))), "expected {n} queued, found {}", c.queued());
 }
 
 /// `llm_d_epp_flow_control_requests_total{outcome}`.
