@@ -47,8 +47,7 @@ struct Ticket {
 /// Admission control for one pool.
 #[derive(Debug)]
 pub struct FlowController {
-    ceiling: f64,
-    ttl: FlowControlSettings,
+    settings: FlowControlSettings,
     queues: Mutex<Queues<Ticket>>,
     wake: Notify,
     /// Queue length after every change (a barrier for tests and observers).
@@ -67,8 +66,7 @@ impl FlowController {
         metrics: FlowControlMetrics,
     ) -> Self {
         Self {
-            ceiling: settings.ceiling,
-            ttl: settings.clone(),
+            settings: settings.clone(),
             queues: Mutex::new(Queues::new(settings)),
             wake: Notify::new(),
             length: watch::Sender::new(0),
@@ -115,7 +113,7 @@ impl FlowController {
             return Outcome::RejectedNoEndpoints;
         }
         let (release, mut released) = oneshot::channel();
-        let deadline = self.ttl.ttl(request.priority).map(|t| start + t);
+        let deadline = self.settings.ttl(request.priority).map(|t| start + t);
         let ticket = Ticket { release, labels: labels.clone() };
         let pushed = {
             let mut queues = self.queues();
@@ -162,7 +160,7 @@ impl FlowController {
         // Bounded: each round takes one entry out of a finite queue.
         loop {
             let mut queues = self.queues();
-            if queues.is_empty() || saturation >= self.ceiling {
+            if queues.is_empty() || saturation >= self.settings.ceiling {
                 break;
             }
             let Some(entry) = queues.pop_next() else { break };
