@@ -59,6 +59,8 @@ pub struct KvCacheMetrics {
     pub endpoint_block_size: IntGaugeVec,
     /// `epp_kv_apply_duration_seconds`: time to apply one batch.
     pub apply_latency: Histogram,
+    /// `epp_kv_speculative_blocks_total{op}` (op = added | expired): `speculativeIndexing`.
+    pub speculative_blocks: IntCounterVec,
 }
 
 fn reg<C: prometheus::core::Collector + Clone + 'static>(r: &Registry, c: C) -> Result<C, prometheus::Error> {
@@ -123,7 +125,21 @@ impl KvCacheMetrics {
                         .buckets(prometheus::exponential_buckets(1e-6, 4.0, 10)?),
                 )?,
             )?,
+            speculative_blocks: counter_vec(
+                "epp_kv_speculative_blocks_total",
+                "Speculative blocks added for routed requests and expired",
+                &["op"],
+            )?,
         })
+    }
+
+    /// Counts one speculative-ledger change.
+    pub fn record_speculative(&self, c: crate::kvcache::SpeculativeChange) {
+        for (op, n) in [("added", c.added), ("expired", c.expired)] {
+            if n > 0 {
+                self.speculative_blocks.with_label_values(&[op]).inc_by(n as u64);
+            }
+        }
     }
 
     /// Adds one batch's apply counts.

@@ -62,9 +62,9 @@ pub enum KeyMode {
 pub struct TierWeights(pub [f64; Tier::COUNT]);
 
 impl Default for TierWeights {
-    /// gpu 1.0, cpu 0.8; tiers llm-d does not name weigh 1.0.
+    /// gpu 1.0, cpu 0.8; tiers llm-d does not name (speculative included) weigh 1.0.
     fn default() -> Self {
-        TierWeights([1.0, 0.8, 1.0, 1.0])
+        TierWeights([1.0, 0.8, 1.0, 1.0, 1.0])
     }
 }
 
