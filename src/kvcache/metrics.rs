@@ -35,6 +35,9 @@ pub struct KvCacheMetrics {
     pub clears: IntCounterVec,
     /// `epp_kv_zmq_errors_total{operation}` (bind, connect, recv, replay).
     pub zmq_errors: IntCounterVec,
+    /// `epp_kv_peer_events_total{event}` (connected, reconnected, disconnected): publisher
+    /// connections seen by the SUB sockets (the `zeromq` crate reconnects by itself).
+    pub peer_events: IntCounterVec,
     /// `epp_kv_active_subscribers`: live SUB sockets.
     pub active_subscribers: IntGauge,
     /// `epp_kv_index_entries`: (block, endpoint, tier) entries.
@@ -86,6 +89,11 @@ impl KvCacheMetrics {
             replays: counter_vec("epp_kv_replays_total", "Replay attempts by outcome", &["outcome"])?,
             clears: counter_vec("epp_kv_endpoint_clears_total", "Endpoint purges by reason", &["reason"])?,
             zmq_errors: counter_vec("epp_kv_zmq_errors_total", "ZeroMQ errors by operation", &["operation"])?,
+            peer_events: counter_vec(
+                "epp_kv_peer_events_total",
+                "Publisher connections by event (connected, reconnected, disconnected)",
+                &["event"],
+            )?,
             active_subscribers: reg(r, IntGauge::new("epp_kv_active_subscribers", "Live SUB sockets")?)?,
             index_entries: reg(r, IntGauge::new("epp_kv_index_entries", "(block, endpoint, tier) entries")?)?,
             index_bytes: reg(r, IntGauge::new("epp_kv_index_bytes", "Approximate index heap bytes")?)?,
