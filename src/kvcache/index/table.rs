@@ -183,7 +183,7 @@ impl Table {
         let (lo, hi) = holder::split(*slot);
         if lo == OVERFLOW {
             let list = slab.get_mut(hi);
-            if let Some(x) = list.iter_mut().find(|x| holder::identity(**x) == holder::identity(h)) {
+            if let Some(x) = list.as_mut_slice().iter_mut().find(|x| holder::identity(**x) == holder::identity(h)) {
                 *x = bump(*x);
                 return false;
             }
@@ -205,7 +205,7 @@ impl Table {
         if hi == 0 {
             *slot = holder::join(lo, h);
         } else {
-            *slot = holder::join(OVERFLOW, slab.alloc(vec![lo, hi, h]));
+            *slot = holder::join(OVERFLOW, slab.alloc(&[lo, hi, h]));
         }
         true
     }
@@ -258,15 +258,16 @@ impl Table {
             *slot = holder::join(kept[0], kept[1]);
             return removed;
         }
-        let mut list = slab.free(hi);
-        let before = list.len();
-        list = list.into_iter().filter_map(|h| if pred(h) { drop_one(h) } else { Some(h) }).collect();
+        let list = slab.free(hi);
+        let before = list.as_slice().len();
+        let list: Vec<u32> =
+            list.as_slice().iter().filter_map(|h| if pred(*h) { drop_one(*h) } else { Some(*h) }).collect();
         let removed = before - list.len();
         *slot = match list.as_slice() {
             [] => 0,
             [a] => u64::from(*a),
             [a, b] => holder::join(*a, *b),
-            _ => holder::join(OVERFLOW, slab.alloc(list)),
+            _ => holder::join(OVERFLOW, slab.alloc(&list)),
         };
         removed
     }
