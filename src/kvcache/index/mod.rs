@@ -14,6 +14,7 @@
 //! Capacity is bounded per shard with random eviction.
 
 mod apply;
+mod buckets;
 mod engine_map;
 pub mod holder;
 mod registry;

@@ -10,6 +10,7 @@
 //! eviction needs no per-key recency state, which is what keeps the entry
 //! small). Not thread-safe: the index wraps each table in a lock.
 
+use super::buckets::Buckets;
 use super::holder::{self, EndpointId, OVERFLOW};
 use super::slab::Slab;
 
@@ -41,7 +42,7 @@ pub enum RemoveMode {
 /// A shard's table. See the module doc.
 #[derive(Debug)]
 pub struct Table {
-    buckets: Vec<[u64; 2]>,
+    buckets: Buckets,
     shift: u32,
     keys: usize,
     entries: usize,
@@ -56,7 +57,7 @@ impl Table {
     /// A table holding at most `max_keys` keys (at least one).
     pub fn new(max_keys: usize, seed: u64) -> Self {
         Table {
-            buckets: vec![[0, 0]; MIN_BUCKETS],
+            buckets: Buckets::zeroed(MIN_BUCKETS),
             shift: 64 - MIN_BUCKETS.trailing_zeros(),
             keys: 0,
             entries: 0,
@@ -85,7 +86,7 @@ impl Table {
 
     /// Approximate heap bytes.
     pub fn bytes(&self) -> usize {
-        self.buckets.capacity() * 16 + self.slab.bytes()
+        self.buckets.len() * 16 + self.slab.bytes()
     }
 
     fn home(&self, key: u64) -> usize {
@@ -294,11 +295,11 @@ impl Table {
     }
 
     fn grow(&mut self) {
-        let doubled = vec![[0, 0]; self.buckets.len() * 2];
+        let doubled = Buckets::zeroed(self.buckets.len() * 2);
         let old = std::mem::replace(&mut self.buckets, doubled);
         self.shift -= 1;
         let mask = self.mask();
-        for [k, s] in old.into_iter().filter(|b| b[0] != 0) {
+        for &[k, s] in old.iter().filter(|b| b[0] != 0) {
             let mut i = self.home(k);
             while self.buckets[i][0] != 0 {
                 i = (i + 1) & mask;
