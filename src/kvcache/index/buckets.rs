@@ -38,6 +38,7 @@ impl Buckets {
     }
 
     /// Whether the array is a huge-page-advised mapping.
+    #[cfg(test)]
     pub fn is_mapped(&self) -> bool {
         !matches!(self.repr, Repr::Heap(_))
     }

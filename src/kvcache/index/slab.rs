@@ -102,6 +102,11 @@ impl Slab {
         self.lists.get(i as usize).map_or(&[], SmallList::as_slice)
     }
 
+    /// Starts loading list `i` into the cache (a hint; any index is harmless).
+    pub fn prefetch(&self, i: u32) {
+        super::table::prefetch(self.lists.as_ptr().wrapping_add(i as usize));
+    }
+
     pub fn get_mut(&mut self, i: u32) -> &mut SmallList {
         if i as usize >= self.lists.len() {
             // Unreachable with consistent slots; recover instead of panicking.

@@ -16,6 +16,19 @@ use super::slab::Slab;
 
 const MIN_BUCKETS: usize = 64;
 
+/// Starts loading the cache line at `at`. A hint only: it never faults, so
+/// any address is harmless.
+pub fn prefetch<T>(at: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: PREFETCHT0 does not access memory architecturally and never faults.
+    #[allow(unused_unsafe)]
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(at.cast::<i8>());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = at;
+}
+
 /// Home bucket of `key` in a table of `2^(64 - shift)` buckets.
 pub fn home_of(key: u64, shift: u32) -> usize {
     (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> shift) as usize
@@ -93,11 +106,6 @@ impl Table {
         home_of(key, self.shift)
     }
 
-    /// Bucket array address and shift, for lock-free prefetch hints only.
-    pub fn prefetch_hint(&self) -> (*const [u64; 2], u32) {
-        (self.buckets.as_ptr(), self.shift)
-    }
-
     fn mask(&self) -> usize {
         self.buckets.len() - 1
     }
@@ -117,16 +125,16 @@ impl Table {
         }
     }
 
-    /// Calls `f` with each holder of `key`; returns false when the key is absent.
-    pub fn for_each_holder(&self, key: u64, mut f: impl FnMut(u32)) -> bool {
-        let slot = if key == 0 {
-            self.zero
-        } else {
-            match self.find(key) {
-                Some(i) => self.buckets[i][1],
-                None => 0,
-            }
-        };
+    /// The packed slot of `key` (`0` when absent): two inline holders or an overflow reference.
+    pub fn slot_of(&self, key: u64) -> u64 {
+        if key == 0 {
+            return self.zero;
+        }
+        self.find(key).map_or(0, |i| self.buckets[i][1])
+    }
+
+    /// Calls `f` with each holder of a slot from [`Table::slot_of`]; false when it is empty.
+    pub fn for_each_in_slot(&self, slot: u64, mut f: impl FnMut(u32)) -> bool {
         if slot == 0 {
             return false;
         }
@@ -140,6 +148,25 @@ impl Table {
             }
         }
         true
+    }
+
+    /// Calls `f` with each holder of `key`; returns false when the key is absent.
+    #[cfg(test)]
+    pub fn for_each_holder(&self, key: u64, f: impl FnMut(u32)) -> bool {
+        self.for_each_in_slot(self.slot_of(key), f)
+    }
+
+    /// Starts loading the home bucket of `key` into the cache.
+    pub fn prefetch_bucket(&self, key: u64) {
+        prefetch(self.buckets.as_ptr().wrapping_add(self.home(key)));
+    }
+
+    /// Starts loading the overflow list a slot refers to (no-op for inline slots).
+    pub fn prefetch_overflow(&self, slot: u64) {
+        let (lo, hi) = holder::split(slot);
+        if lo == OVERFLOW {
+            self.slab.prefetch(hi);
+        }
     }
 
     /// Adds holder `(ep, tier)` to `key`. Returns true when a new holder was created.

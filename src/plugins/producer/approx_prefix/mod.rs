@@ -35,7 +35,6 @@ use index::ApproxIndex;
 pub const TYPE: &str = "approx-prefix-cache-producer";
 /// Smallest block size used at request time (llm-d #1160).
 pub const MIN_BLOCK_SIZE_TOKENS: usize = 64;
-/// Profile name whose target also records the prefix.
 
 /// Parameters.
 #[derive(Clone, Debug, Deserialize)]
