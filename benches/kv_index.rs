@@ -117,7 +117,41 @@ fn apply_benches(c: &mut Criterion) {
     });
 }
 
+/// Request-key mode memory: ~2M (block, endpoint) entries stored from `BlockStored`
+/// events with tokens (16 blocks each, on 1-3 of 64 endpoints); key tables plus
+/// the engine-hash maps, per entry.
+fn request_mode_memory() {
+    let idx = PrefixIndex::new(IndexConfig {
+        key_mode: KeyMode::Request { keyer: RequestKeyer::default(), block_size: 16 },
+        capacity: 1 << 24,
+        ..IndexConfig::default()
+    });
+    let mut rng = 5u64;
+    for chain in 0..60_000u64 {
+        let tokens: Vec<u32> = (0..256).map(|_| (splitmix(&mut rng) % 100_000) as u32).collect();
+        let ev = KvEvent::BlockStored(BlockStored {
+            block_hashes: (0..16).map(|j| chain * 16 + j + 1).collect(),
+            token_ids: tokens,
+            block_size: 16,
+            ..BlockStored::default()
+        });
+        let batch = EventBatch { events: vec![ev], ..EventBatch::default() };
+        for _ in 0..1 + splitmix(&mut rng) % 3 {
+            idx.apply(&format!("pod-{}", splitmix(&mut rng) % 64), "m", &batch);
+        }
+    }
+    let entries = idx.entries() as f64;
+    println!(
+        "kv_index: request-key mode entries={} table_bytes_per_entry={:.1} engine_map_bytes_per_entry={:.1} total_bytes_per_entry={:.1}",
+        idx.entries(),
+        idx.table_bytes() as f64 / entries,
+        (idx.approx_bytes() - idx.table_bytes()) as f64 / entries,
+        idx.approx_bytes() as f64 / entries
+    );
+}
+
 fn lookup_benches(c: &mut Criterion) {
+    request_mode_memory();
     let t0 = Instant::now();
     let (idx, chains) = big_index();
     println!(

@@ -147,6 +147,7 @@ async fn central_mode_topics_restart_gap_and_removal() {
     publisher.connect(h.central_endpoint().expect("bound")).await.expect("connect");
     warm_up(&mut publisher, h).await;
     assert_eq!(m.active_subscribers.get(), 1);
+    wait_for(h, "accepted publisher", || m.peer_events.with_label_values(&["connected"]).get() == 1).await;
 
     publish(&mut publisher, TOPIC, 0, payload(0)).await;
     wait_for(h, "prefill", || data_msgs(m) >= 1).await;
@@ -277,4 +278,27 @@ async fn replay_client_accepts_pre_026_three_frame_replies() {
     let got = epp::kvcache::subscriber::fetch_replay(&ep, 1, 3, Default::default()).await.expect("replay");
     assert_eq!(got.iter().map(|(s, _)| *s).collect::<Vec<_>>(), [1, 2]);
     assert_eq!(got[0].1, payload(0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_discovery_counts_the_publisher_going_away_and_the_reconnection() {
+    let mut publisher = PubSocket::new();
+    let pub_ep = publisher.bind("tcp://127.0.0.1:0").await.expect("bind pub").to_string();
+    let s = start(SubscriberConfig::default(), source(Some(pub_ep.clone()))).await;
+    let (h, m) = (&s.handle, &s.metrics);
+    warm_up(&mut publisher, h).await;
+    let events = |e: &str| m.peer_events.with_label_values(&[e]).get();
+    assert_eq!((events("connected"), events("reconnected"), events("disconnected")), (1, 0, 0));
+
+    // vLLM restarts: its PUB socket goes away and comes back on the same port.
+    let errors = publisher.close().await; // returns once the listener is gone
+    assert!(errors.is_empty(), "{errors:?}");
+    let mut publisher = PubSocket::new();
+    publisher.bind(&pub_ep).await.expect("rebind pub");
+    warm_up(&mut publisher, h).await;
+    wait_for(h, "reconnection counted", || events("reconnected") >= 1 && events("disconnected") >= 1).await;
+    assert_eq!(m.active_subscribers.get(), 1, "the same SUB socket kept serving");
+    publish(&mut publisher, TOPIC, 0, payload(0)).await;
+    wait_for(h, "batch after reconnection", || s.index.entries() > 0).await;
+    s.handle.shutdown().await;
 }

@@ -173,3 +173,28 @@ async fn hash_drift_is_counted_and_reported_in_readiness() {
     assert_eq!(status, 200);
     assert!(body.contains("kv-events drift: endpoint a") && body.contains("block_size"), "{body}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn speculative_indexing_keeps_a_burst_on_the_first_pick_before_events_arrive() {
+    let pods =
+        [Pod::start([127, 0, 0, 34]).await, Pod::start([127, 0, 0, 35]).await, Pod::start([127, 0, 0, 36]).await];
+    let config = CONFIG.replace(
+        "kvEventsConfig: {discoverPods: true}",
+        "kvEventsConfig: {discoverPods: true}\n    speculativeIndexing: true\n    speculativeTTL: 1h",
+    );
+    let list: Vec<(&str, &Pod)> = ["a", "b", "c"].into_iter().zip(pods.iter()).collect();
+    let epp = TestEpp::start(&endpoints_with_kv(&list), Some(&config), |_| {}).await;
+    epp.wait_scraped(|set| {
+        ["a", "b", "c"].iter().all(|n| set.get(n).is_some_and(|e| e.metrics.load().updated_at.is_some()))
+    })
+    .await;
+    // No KV event was published: only the speculative entries of the first pick can
+    // make every later request of the burst land on the same pod.
+    let first = route(&epp).await;
+    for _ in 0..20 {
+        assert_eq!(route(&epp).await, first, "the burst follows the speculative entries");
+    }
+    let text = scrape(epp.app.metrics_addr).await;
+    let added = metric(&text, "epp_kv_speculative_blocks_total{op=\"added\"}");
+    assert_eq!(added, 21.0 * (tokens().len() / 16) as f64, "{text}");
+}

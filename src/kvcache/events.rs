@@ -21,11 +21,15 @@ pub enum Tier {
     Storage,
     /// Any other medium string (e.g. an LMCache tier name).
     Other,
+    /// Not published by engines: entries epp adds itself for a request it
+    /// just routed (`speculativeIndexing`), until KV events confirm them or
+    /// `speculativeTTL` expires.
+    Speculative,
 }
 
 impl Tier {
     /// Number of tiers; tier ids are `0..COUNT`.
-    pub const COUNT: usize = 4;
+    pub const COUNT: usize = 5;
 
     /// Maps vLLM's opaque `medium` string (case-insensitive); `None` is GPU.
     pub fn from_medium(medium: Option<&str>) -> Self {
@@ -49,6 +53,7 @@ impl Tier {
             0 => Tier::Gpu,
             1 => Tier::Cpu,
             2 => Tier::Storage,
+            4 => Tier::Speculative,
             _ => Tier::Other,
         }
     }
@@ -60,6 +65,7 @@ impl Tier {
             Tier::Cpu => "cpu",
             Tier::Storage => "storage",
             Tier::Other => "other",
+            Tier::Speculative => "speculative",
         }
     }
 }

@@ -35,6 +35,9 @@ pub struct KvCacheMetrics {
     pub clears: IntCounterVec,
     /// `epp_kv_zmq_errors_total{operation}` (bind, connect, recv, replay).
     pub zmq_errors: IntCounterVec,
+    /// `epp_kv_peer_events_total{event}` (connected, reconnected, disconnected): publisher
+    /// connections seen by the SUB sockets (the `zeromq` crate reconnects by itself).
+    pub peer_events: IntCounterVec,
     /// `epp_kv_active_subscribers`: live SUB sockets.
     pub active_subscribers: IntGauge,
     /// `epp_kv_index_entries`: (block, endpoint, tier) entries.
@@ -59,6 +62,8 @@ pub struct KvCacheMetrics {
     pub endpoint_block_size: IntGaugeVec,
     /// `epp_kv_apply_duration_seconds`: time to apply one batch.
     pub apply_latency: Histogram,
+    /// `epp_kv_speculative_blocks_total{op}` (op = added | expired): `speculativeIndexing`.
+    pub speculative_blocks: IntCounterVec,
 }
 
 fn reg<C: prometheus::core::Collector + Clone + 'static>(r: &Registry, c: C) -> Result<C, prometheus::Error> {
@@ -84,6 +89,11 @@ impl KvCacheMetrics {
             replays: counter_vec("epp_kv_replays_total", "Replay attempts by outcome", &["outcome"])?,
             clears: counter_vec("epp_kv_endpoint_clears_total", "Endpoint purges by reason", &["reason"])?,
             zmq_errors: counter_vec("epp_kv_zmq_errors_total", "ZeroMQ errors by operation", &["operation"])?,
+            peer_events: counter_vec(
+                "epp_kv_peer_events_total",
+                "Publisher connections by event (connected, reconnected, disconnected)",
+                &["event"],
+            )?,
             active_subscribers: reg(r, IntGauge::new("epp_kv_active_subscribers", "Live SUB sockets")?)?,
             index_entries: reg(r, IntGauge::new("epp_kv_index_entries", "(block, endpoint, tier) entries")?)?,
             index_bytes: reg(r, IntGauge::new("epp_kv_index_bytes", "Approximate index heap bytes")?)?,
@@ -123,7 +133,21 @@ impl KvCacheMetrics {
                         .buckets(prometheus::exponential_buckets(1e-6, 4.0, 10)?),
                 )?,
             )?,
+            speculative_blocks: counter_vec(
+                "epp_kv_speculative_blocks_total",
+                "Speculative blocks added for routed requests and expired",
+                &["op"],
+            )?,
         })
+    }
+
+    /// Counts one speculative-ledger change.
+    pub fn record_speculative(&self, c: crate::kvcache::SpeculativeChange) {
+        for (op, n) in [("added", c.added), ("expired", c.expired)] {
+            if n > 0 {
+                self.speculative_blocks.with_label_values(&[op]).inc_by(n as u64);
+            }
+        }
     }
 
     /// Adds one batch's apply counts.

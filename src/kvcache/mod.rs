@@ -17,6 +17,7 @@
 //!   root) and the engine -> request block alignment.
 //! * [`index`]: sharded prefix index, event application, engine-hash mapping.
 //! * [`sequence`]: per-stream seq tracking (gap, duplicate, restart).
+//! * [`speculative`]: entries added for just-routed requests, expired after a TTL.
 //! * [`subscriber`]: ZeroMQ sockets, topics, workers, replay.
 //! * [`drift`]: do published hashes match the configured vLLM hashing?
 //! * [`metrics`]: Prometheus series (`epp_kv_*`).
@@ -34,6 +35,7 @@ pub mod index;
 pub mod keys;
 pub mod metrics;
 pub mod sequence;
+pub mod speculative;
 pub mod subscriber;
 
 pub use bench::{BenchError, IndexBenchReport, run_index_bench};
@@ -44,4 +46,5 @@ pub use hashing::{HashAlgo, VllmHasher, VllmVersion};
 pub use index::{EndpointMatch, IndexConfig, KeyMode, PrefixIndex, TierWeights};
 pub use keys::{RequestKeyAlgo, RequestKeyer, request_keys};
 pub use metrics::KvCacheMetrics;
+pub use speculative::{SpeculativeChange, SpeculativeLedger};
 pub use subscriber::{KvEventSource, Subscriber, SubscriberConfig, SubscriberHandle};

@@ -38,6 +38,9 @@ pub struct ProfileResult {
     pub targets: Vec<Candidate>,
 }
 
+/// Profile name whose endpoint runs the prefill of a P/D split.
+pub const PREFILL_PROFILE: &str = "prefill";
+
 /// The decision for a request.
 #[derive(Clone, Debug)]
 pub struct SchedulingResult {
@@ -60,6 +63,17 @@ impl SchedulingResult {
     /// A profile's result by name.
     pub fn profile(&self, name: &str) -> Option<&ProfileResult> {
         self.profiles.iter().find(|(n, _)| &**n == name).map(|(_, r)| r)
+    }
+
+    /// The endpoints that will hold the prompt's KV blocks once it runs: the primary
+    /// profile's first target, then the `prefill` profile's first target when it differs.
+    pub fn cache_holders(&self) -> impl Iterator<Item = &Candidate> {
+        let primary = self.primary().and_then(|r| r.targets.first());
+        let prefill = self
+            .profile(PREFILL_PROFILE)
+            .and_then(|r| r.targets.first())
+            .filter(|p| primary.is_none_or(|c| c.endpoint.id != p.endpoint.id));
+        primary.into_iter().chain(prefill)
     }
 
     /// A result whose destination is the primary profile's targets.

@@ -160,7 +160,7 @@ impl PrefixIndex {
             // Tier move (e.g. GPU -> CPU offload): resolve known hashes.
             let mut any = false;
             for h in &s.block_hashes {
-                let Some(keys) = map.keys(*h).cloned() else { continue };
+                let Some(keys) = map.keys(*h) else { continue };
                 if let Some(keys) = map.hold(*h, keys.as_slice(), tier, cap) {
                     keys.as_slice().iter().for_each(|k| self.add(*k, ep, tier, AddMode::Counted));
                 }

@@ -2,18 +2,19 @@
 //!
 //! Read API (`lookup`) and the primitives used by [`apply`]. Layout:
 //! `shards` power-of-two tables (see [`table`]) each behind its own
-//! `RwLock`; a key picks its shard from a mix of its bits. A lookup takes one
-//! short read lock per key and never waits for a whole write batch; writers
-//! (one per endpoint, ordered by the subscriber's worker shards) take one
-//! short write lock per key. There is no global lock on either path: the
-//! endpoint registry lock is read-mostly and written only when an endpoint
-//! is added or removed.
+//! `RwLock`; a key picks its shard from a mix of its bits. A lookup read-locks
+//! each shard its keys fall in once (ascending order) and never waits for a
+//! whole write batch; writers (one per endpoint, ordered by the subscriber's
+//! worker shards) take one short write lock per key and never hold two.
+//! There is no global lock on either path: the endpoint registry lock is
+//! read-mostly and written only when an endpoint is added or removed.
 //!
 //! Memory: a key costs one 16-byte bucket at 40-80 % load and holds up to two
 //! endpoints inline (4 bytes each); see `docs/kvcache.md` for measurements.
 //! Capacity is bounded per shard with random eviction.
 
 mod apply;
+mod buckets;
 mod engine_map;
 pub mod holder;
 mod registry;
@@ -23,7 +24,6 @@ mod table;
 pub use apply::{ApplyStats, EventOutcome};
 pub use table::{AddMode, RemoveMode};
 
-use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard};
 
 use dashmap::DashMap;
@@ -62,9 +62,9 @@ pub enum KeyMode {
 pub struct TierWeights(pub [f64; Tier::COUNT]);
 
 impl Default for TierWeights {
-    /// gpu 1.0, cpu 0.8; tiers llm-d does not name weigh 1.0.
+    /// gpu 1.0, cpu 0.8; tiers llm-d does not name (speculative included) weigh 1.0.
     fn default() -> Self {
-        TierWeights([1.0, 0.8, 1.0, 1.0])
+        TierWeights([1.0, 0.8, 1.0, 1.0, 1.0])
     }
 }
 
@@ -113,46 +113,96 @@ pub struct EndpointMatch {
     pub weighted: f64,
 }
 
-/// How many keys ahead a lookup prefetches.
-const PREFETCH_AHEAD: usize = 16;
+/// How many keys ahead a lookup prefetches a key's bucket.
+const BUCKET_AHEAD: usize = 32;
+/// How many keys ahead a lookup reads a key's slot (its bucket prefetched
+/// `BUCKET_AHEAD - SLOT_AHEAD` keys earlier) and prefetches its overflow list.
+const SLOT_AHEAD: usize = 16;
 
-/// One lock shard plus a lock-free prefetch hint (bucket address and shift,
-/// refreshed by writers after each insert). The hint may be stale or torn
-/// during a resize; it is only used as a prefetch address, never dereferenced.
+/// One lock shard.
 #[derive(Debug)]
 struct Shard {
     table: RwLock<Table>,
-    hint_ptr: AtomicPtr<[u64; 2]>,
-    hint_shift: AtomicU32,
 }
 
-impl Shard {
-    fn new(t: Table) -> Self {
-        let (p, shift) = t.prefetch_hint();
-        Shard { table: RwLock::new(t), hint_ptr: AtomicPtr::new(p.cast_mut()), hint_shift: AtomicU32::new(shift) }
-    }
+/// Most lock shards (a lookup keeps one guard slot per shard).
+const MAX_SHARDS: usize = 1 << 10;
+const _: () = assert!(MAX_SHARDS.is_multiple_of(64));
 
-    fn refresh_hint(&self, t: &Table) {
-        let (p, shift) = t.prefetch_hint();
-        if self.hint_ptr.load(Ordering::Relaxed).cast_const() != p {
-            self.hint_ptr.store(p.cast_mut(), Ordering::Relaxed);
-            self.hint_shift.store(shift, Ordering::Relaxed);
+/// One endpoint's run during a lookup.
+struct Run {
+    ep: EndpointId,
+    blocks: usize,
+    weighted: f64,
+    /// Best tier weight at the current block, -1 when absent.
+    best: f64,
+}
+
+/// The lookup loop over locked tables (`tables[i]` holds `keys[i]`).
+fn longest_runs(keys: &[u64], tables: &[&Table], w: &TierWeights) -> Vec<Run> {
+    let n = keys.len().min(tables.len());
+    let mut runs: Vec<Run> = Vec::new();
+    // Endpoint id -> 1 + index in `runs` (0 = not a candidate); ids are
+    // dense, so this stays small and makes each holder O(1).
+    let mut slot_of_ep: Vec<u32> = Vec::new();
+    // Slots read SLOT_AHEAD keys early, in a ring.
+    let mut ring = [0u64; SLOT_AHEAD];
+    let stage_slot = |i: usize, ring: &mut [u64; SLOT_AHEAD]| {
+        let slot = tables[i].slot_of(keys[i]);
+        tables[i].prefetch_overflow(slot);
+        ring[i % SLOT_AHEAD] = slot;
+    };
+    for i in 0..n.min(BUCKET_AHEAD) {
+        tables[i].prefetch_bucket(keys[i]);
+    }
+    for i in 0..n.min(SLOT_AHEAD) {
+        stage_slot(i, &mut ring);
+    }
+    for i in 0..n {
+        let slot = ring[i % SLOT_AHEAD];
+        if i + BUCKET_AHEAD < n {
+            tables[i + BUCKET_AHEAD].prefetch_bucket(keys[i + BUCKET_AHEAD]);
+        }
+        if i + SLOT_AHEAD < n {
+            stage_slot(i + SLOT_AHEAD, &mut ring);
+        }
+        tables[i].for_each_in_slot(slot, |h| {
+            let ep = holder::endpoint(h);
+            let weight = w.of(Tier::from_id(holder::tier(h)));
+            let e = usize::from(ep);
+            if e >= slot_of_ep.len() {
+                if i > 0 {
+                    return;
+                }
+                slot_of_ep.resize(e + 1, 0);
+            }
+            match slot_of_ep[e] {
+                0 if i == 0 => {
+                    runs.push(Run { ep, blocks: 0, weighted: 0.0, best: weight });
+                    slot_of_ep[e] = runs.len() as u32;
+                }
+                0 => {}
+                s => {
+                    let r = &mut runs[s as usize - 1];
+                    r.best = r.best.max(weight);
+                }
+            }
+        });
+        let mut alive = 0;
+        for r in &mut runs {
+            // Alive at block i iff it matched every earlier block.
+            if r.best >= 0.0 && r.blocks == i {
+                r.blocks += 1;
+                r.weighted += r.best;
+                alive += 1;
+            }
+            r.best = -1.0;
+        }
+        if alive == 0 {
+            break;
         }
     }
-
-    fn prefetch(&self, key: u64) {
-        let base = self.hint_ptr.load(Ordering::Relaxed);
-        let at = base.wrapping_add(table::home_of(key, self.hint_shift.load(Ordering::Relaxed)));
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: PREFETCHT0 is a hint: it never faults and does not access
-        // memory architecturally, so a stale or out-of-range address is harmless.
-        #[allow(unused_unsafe)]
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(at.cast::<i8>().cast_const());
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = at;
-    }
+    runs
 }
 
 /// The prefix index. `Send + Sync`; share as `Arc<PrefixIndex>`.
@@ -176,9 +226,10 @@ fn write<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
 impl PrefixIndex {
     /// An empty index.
     pub fn new(config: IndexConfig) -> Self {
-        let n = config.shards.clamp(1, 1 << 16).next_power_of_two();
+        let n = config.shards.clamp(1, MAX_SHARDS).next_power_of_two();
         let per_shard = config.capacity.div_ceil(n).max(1);
-        let shards = (0..n).map(|i| Shard::new(Table::new(per_shard, 0x9E37_79B9 ^ (i as u64 + 1)))).collect();
+        let shards =
+            (0..n).map(|i| Shard { table: RwLock::new(Table::new(per_shard, 0x9E37_79B9 ^ (i as u64 + 1))) }).collect();
         PrefixIndex {
             shards,
             shard_shift: 64 - n.trailing_zeros(),
@@ -193,21 +244,22 @@ impl PrefixIndex {
         &self.config
     }
 
-    fn shard(&self, key: u64) -> &Shard {
+    fn shard_index(&self, key: u64) -> usize {
         if self.shard_shift >= 64 {
-            return &self.shards[0];
+            return 0;
         }
         // Independent of the in-table position (which uses the top bits of another product).
         let x = (key ^ (key >> 31)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        &self.shards[(x >> self.shard_shift) as usize]
+        (x >> self.shard_shift) as usize
     }
 
-    /// Adds one holder, keeping the shard's prefetch hint current.
+    fn shard(&self, key: u64) -> &Shard {
+        &self.shards[self.shard_index(key)]
+    }
+
+    /// Adds one holder.
     fn add_key(&self, key: u64, ep: EndpointId, tier: u8, mode: AddMode) {
-        let s = self.shard(key);
-        let mut t = write(&s.table);
-        t.add(key, ep, tier, mode);
-        s.refresh_hint(&t);
+        write(&self.shard(key).table).add(key, ep, tier, mode);
     }
 
     /// Adds `(endpoint, tier)` to each key (the bench and engine-key paths).
@@ -266,66 +318,33 @@ impl PrefixIndex {
 
     /// Per endpoint, the longest run of consecutive `keys` held from the first,
     /// with the tier-weighted score. Endpoints with no match are omitted.
+    ///
+    /// Block 0 is checked under its own shard lock first (a miss costs one
+    /// lock). Otherwise every shard the keys fall in is read-locked once, in
+    /// ascending order: writers hold one shard lock at a time, so the order
+    /// cannot deadlock, and a writer waits at most one lookup (microseconds).
+    /// Holding the tables lets the loop run a two-stage software pipeline:
+    /// the bucket of key `i + 32` is prefetched, the slot of key `i + 16` is read
+    /// and its overflow list prefetched, and key `i` is then served from cache.
     pub fn lookup(&self, keys: &[u64]) -> Vec<EndpointMatch> {
-        struct Run {
-            ep: EndpointId,
-            blocks: usize,
-            weighted: f64,
-            /// Best tier weight at the current block, -1 when absent.
-            best: f64,
+        let Some(first) = keys.first() else { return Vec::new() };
+        if read(&self.shard(*first).table).slot_of(*first) == 0 {
+            return Vec::new();
         }
-        let mut runs: Vec<Run> = Vec::new();
-        // Endpoint id -> 1 + index in `runs` (0 = not a candidate); ids are
-        // dense, so this stays small and makes each holder O(1).
-        let mut slot: Vec<u32> = Vec::new();
-        let w = &self.config.tier_weights;
-        // Start the memory loads of the first keys early: bucket misses then
-        // overlap instead of being serialised by each lock's atomic op.
-        for k in keys.iter().take(PREFETCH_AHEAD) {
-            self.shard(*k).prefetch(*k);
+        let shard_of: Vec<usize> = keys.iter().map(|k| self.shard_index(*k)).collect();
+        let mut wanted = [0u64; MAX_SHARDS / 64];
+        for s in &shard_of {
+            wanted[s / 64] |= 1 << (s % 64);
         }
-        for (i, key) in keys.iter().enumerate() {
-            if let Some(ahead) = keys.get(i + PREFETCH_AHEAD) {
-                self.shard(*ahead).prefetch(*ahead);
-            }
-            let shard = read(&self.shard(*key).table);
-            shard.for_each_holder(*key, |h| {
-                let ep = holder::endpoint(h);
-                let weight = w.of(Tier::from_id(holder::tier(h)));
-                let e = usize::from(ep);
-                if e >= slot.len() {
-                    if i > 0 {
-                        return;
-                    }
-                    slot.resize(e + 1, 0);
-                }
-                match slot[e] {
-                    0 if i == 0 => {
-                        runs.push(Run { ep, blocks: 0, weighted: 0.0, best: weight });
-                        slot[e] = runs.len() as u32;
-                    }
-                    0 => {}
-                    s => {
-                        let r = &mut runs[s as usize - 1];
-                        r.best = r.best.max(weight);
-                    }
-                }
-            });
-            drop(shard);
-            let mut alive = 0;
-            for r in &mut runs {
-                // Alive at block i iff it matched every earlier block.
-                if r.best >= 0.0 && r.blocks == i {
-                    r.blocks += 1;
-                    r.weighted += r.best;
-                    alive += 1;
-                }
-                r.best = -1.0;
-            }
-            if alive == 0 {
-                break;
-            }
+        let mut guards: Vec<Option<RwLockReadGuard<'_, Table>>> = Vec::with_capacity(self.shards.len());
+        for (s, shard) in self.shards.iter().enumerate() {
+            // Ascending shard order.
+            guards.push((wanted[s / 64] >> (s % 64) & 1 == 1).then(|| read(&shard.table)));
         }
+        let tables: Vec<&Table> = shard_of.iter().filter_map(|s| guards[*s].as_deref()).collect();
+        let runs = longest_runs(keys, &tables, &self.config.tier_weights);
+        drop(tables);
+        drop(guards);
         let reg = read(&self.registry);
         runs.into_iter()
             .filter(|r| r.blocks > 0)

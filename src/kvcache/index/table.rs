@@ -10,10 +10,24 @@
 //! eviction needs no per-key recency state, which is what keeps the entry
 //! small). Not thread-safe: the index wraps each table in a lock.
 
+use super::buckets::Buckets;
 use super::holder::{self, EndpointId, OVERFLOW};
 use super::slab::Slab;
 
 const MIN_BUCKETS: usize = 64;
+
+/// Starts loading the cache line at `at`. A hint only: it never faults, so
+/// any address is harmless.
+pub fn prefetch<T>(at: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: PREFETCHT0 does not access memory architecturally and never faults.
+    #[allow(unused_unsafe)]
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(at.cast::<i8>());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = at;
+}
 
 /// Home bucket of `key` in a table of `2^(64 - shift)` buckets.
 pub fn home_of(key: u64, shift: u32) -> usize {
@@ -41,7 +55,7 @@ pub enum RemoveMode {
 /// A shard's table. See the module doc.
 #[derive(Debug)]
 pub struct Table {
-    buckets: Vec<[u64; 2]>,
+    buckets: Buckets,
     shift: u32,
     keys: usize,
     entries: usize,
@@ -56,7 +70,7 @@ impl Table {
     /// A table holding at most `max_keys` keys (at least one).
     pub fn new(max_keys: usize, seed: u64) -> Self {
         Table {
-            buckets: vec![[0, 0]; MIN_BUCKETS],
+            buckets: Buckets::zeroed(MIN_BUCKETS),
             shift: 64 - MIN_BUCKETS.trailing_zeros(),
             keys: 0,
             entries: 0,
@@ -85,16 +99,11 @@ impl Table {
 
     /// Approximate heap bytes.
     pub fn bytes(&self) -> usize {
-        self.buckets.capacity() * 16 + self.slab.bytes()
+        self.buckets.len() * 16 + self.slab.bytes()
     }
 
     fn home(&self, key: u64) -> usize {
         home_of(key, self.shift)
-    }
-
-    /// Bucket array address and shift, for lock-free prefetch hints only.
-    pub fn prefetch_hint(&self) -> (*const [u64; 2], u32) {
-        (self.buckets.as_ptr(), self.shift)
     }
 
     fn mask(&self) -> usize {
@@ -116,16 +125,16 @@ impl Table {
         }
     }
 
-    /// Calls `f` with each holder of `key`; returns false when the key is absent.
-    pub fn for_each_holder(&self, key: u64, mut f: impl FnMut(u32)) -> bool {
-        let slot = if key == 0 {
-            self.zero
-        } else {
-            match self.find(key) {
-                Some(i) => self.buckets[i][1],
-                None => 0,
-            }
-        };
+    /// The packed slot of `key` (`0` when absent): two inline holders or an overflow reference.
+    pub fn slot_of(&self, key: u64) -> u64 {
+        if key == 0 {
+            return self.zero;
+        }
+        self.find(key).map_or(0, |i| self.buckets[i][1])
+    }
+
+    /// Calls `f` with each holder of a slot from [`Table::slot_of`]; false when it is empty.
+    pub fn for_each_in_slot(&self, slot: u64, mut f: impl FnMut(u32)) -> bool {
         if slot == 0 {
             return false;
         }
@@ -139,6 +148,25 @@ impl Table {
             }
         }
         true
+    }
+
+    /// Calls `f` with each holder of `key`; returns false when the key is absent.
+    #[cfg(test)]
+    pub fn for_each_holder(&self, key: u64, f: impl FnMut(u32)) -> bool {
+        self.for_each_in_slot(self.slot_of(key), f)
+    }
+
+    /// Starts loading the home bucket of `key` into the cache.
+    pub fn prefetch_bucket(&self, key: u64) {
+        prefetch(self.buckets.as_ptr().wrapping_add(self.home(key)));
+    }
+
+    /// Starts loading the overflow list a slot refers to (no-op for inline slots).
+    pub fn prefetch_overflow(&self, slot: u64) {
+        let (lo, hi) = holder::split(slot);
+        if lo == OVERFLOW {
+            self.slab.prefetch(hi);
+        }
     }
 
     /// Adds holder `(ep, tier)` to `key`. Returns true when a new holder was created.
@@ -183,7 +211,7 @@ impl Table {
         let (lo, hi) = holder::split(*slot);
         if lo == OVERFLOW {
             let list = slab.get_mut(hi);
-            if let Some(x) = list.iter_mut().find(|x| holder::identity(**x) == holder::identity(h)) {
+            if let Some(x) = list.as_mut_slice().iter_mut().find(|x| holder::identity(**x) == holder::identity(h)) {
                 *x = bump(*x);
                 return false;
             }
@@ -205,7 +233,7 @@ impl Table {
         if hi == 0 {
             *slot = holder::join(lo, h);
         } else {
-            *slot = holder::join(OVERFLOW, slab.alloc(vec![lo, hi, h]));
+            *slot = holder::join(OVERFLOW, slab.alloc(&[lo, hi, h]));
         }
         true
     }
@@ -258,15 +286,16 @@ impl Table {
             *slot = holder::join(kept[0], kept[1]);
             return removed;
         }
-        let mut list = slab.free(hi);
-        let before = list.len();
-        list = list.into_iter().filter_map(|h| if pred(h) { drop_one(h) } else { Some(h) }).collect();
+        let list = slab.free(hi);
+        let before = list.as_slice().len();
+        let list: Vec<u32> =
+            list.as_slice().iter().filter_map(|h| if pred(*h) { drop_one(*h) } else { Some(*h) }).collect();
         let removed = before - list.len();
         *slot = match list.as_slice() {
             [] => 0,
             [a] => u64::from(*a),
             [a, b] => holder::join(*a, *b),
-            _ => holder::join(OVERFLOW, slab.alloc(list)),
+            _ => holder::join(OVERFLOW, slab.alloc(&list)),
         };
         removed
     }
@@ -293,11 +322,11 @@ impl Table {
     }
 
     fn grow(&mut self) {
-        let doubled = vec![[0, 0]; self.buckets.len() * 2];
+        let doubled = Buckets::zeroed(self.buckets.len() * 2);
         let old = std::mem::replace(&mut self.buckets, doubled);
         self.shift -= 1;
         let mask = self.mask();
-        for [k, s] in old.into_iter().filter(|b| b[0] != 0) {
+        for &[k, s] in old.iter().filter(|b| b[0] != 0) {
             let mut i = self.home(k);
             while self.buckets[i][0] != 0 {
                 i = (i + 1) & mask;

@@ -6,7 +6,8 @@
 //! sequence gap). Per-peer receive errors are counted and survived. A
 //! connecting socket retries its first connect with exponential backoff;
 //! afterwards the `zeromq` crate reconnects by itself, and a publisher that
-//! restarted shows up as a sequence restart.
+//! restarted shows up as a sequence restart. Each socket's monitor feeds
+//! `epp_kv_peer_events_total` (connected, reconnected, disconnected).
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -17,8 +18,9 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::JoinHandle;
+use tokio_stream::StreamExt;
 use tokio_util::sync::CancellationToken;
-use zeromq::{Socket, SocketRecv, SubSocket};
+use zeromq::{Socket, SocketEvent, SocketRecv, SubSocket};
 
 use super::frames::{self, pod_address, topic};
 use super::worker::{Envelope, Job, shard_of};
@@ -129,9 +131,15 @@ pub async fn run_central(
     attribution: Arc<ArcSwap<Attribution>>,
     cancel: CancellationToken,
 ) {
+    let mut monitor = sock.monitor();
     loop {
         let msg = tokio::select! {
+            biased;
             _ = cancel.cancelled() => break,
+            Some(e) = monitor.next() => {
+                peer_event(&intake.metrics, None, &e, "connected");
+                continue;
+            }
             m = sock.recv() => m,
         };
         match msg {
@@ -182,9 +190,17 @@ async fn run_source(
     };
     tracing::info!(endpoint = %src.name, dial, "KV event subscriber connected");
     intake.metrics.active_subscribers.inc();
+    intake.metrics.peer_events.with_label_values(&["connected"]).inc();
+    // Registered after the first connect: any later `Connected` is a reconnection.
+    let mut monitor = sock.monitor();
     loop {
         let msg = tokio::select! {
+            biased;
             _ = cancel.cancelled() => break,
+            Some(e) = monitor.next() => {
+                peer_event(&intake.metrics, Some(&src.name), &e, "reconnected");
+                continue;
+            }
             m = sock.recv() => m,
         };
         match msg {
@@ -196,6 +212,21 @@ async fn run_source(
         }
     }
     intake.metrics.active_subscribers.dec();
+}
+
+/// Counts one socket monitor event; `connected_as` names a new connection
+/// (`connected` on the bound socket, `reconnected` on a connecting one).
+fn peer_event(metrics: &KvCacheMetrics, endpoint: Option<&str>, e: &SocketEvent, connected_as: &'static str) {
+    let event = match e {
+        SocketEvent::Accepted(..) | SocketEvent::Connected(..) => connected_as,
+        SocketEvent::Disconnected(_) => "disconnected",
+        _ => return,
+    };
+    metrics.peer_events.with_label_values(&[event]).inc();
+    match endpoint {
+        Some(endpoint) => tracing::info!(endpoint, event, "KV event publisher connection"),
+        None => tracing::debug!(event, "KV event publisher connection (central socket)"),
+    }
 }
 
 struct Reader {

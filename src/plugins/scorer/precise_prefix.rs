@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use super::prefix_cache::PrefixCacheScorer;
 use crate::plugins::PluginInstance;
-use crate::plugins::producer::precise_prefix::{build_producer, params::Params};
+use crate::plugins::producer::precise_prefix::{build_producer, params::Params, producer_instance};
 use crate::plugins::registry::{BuildContext, BuildError, PluginSpec, decode_params};
 
 /// Type name.
@@ -22,9 +22,5 @@ pub fn build(spec: &PluginSpec, cx: &BuildContext) -> Result<PluginInstance, Bui
     }
     let producer = build_producer(spec, &params, cx)?;
     let scorer = Arc::new(PrefixCacheScorer::new(Some(spec.name.clone())));
-    Ok(PluginInstance::new(spec.name.clone(), TYPE)
-        .with_producer(producer.clone())
-        .with_background(producer)
-        .with_scorer(scorer.clone())
-        .with_consumer(scorer))
+    Ok(producer_instance(spec, TYPE, producer).with_scorer(scorer.clone()).with_consumer(scorer))
 }

@@ -35,8 +35,6 @@ use index::ApproxIndex;
 pub const TYPE: &str = "approx-prefix-cache-producer";
 /// Smallest block size used at request time (llm-d #1160).
 pub const MIN_BLOCK_SIZE_TOKENS: usize = 64;
-/// Profile name whose target also records the prefix.
-const PREFILL_PROFILE: &str = "prefill";
 
 /// Parameters.
 #[derive(Clone, Debug, Deserialize)]
@@ -172,18 +170,15 @@ impl PreRequest for ApproxPrefixProducer {
         if m.keys.is_empty() {
             return;
         }
-        let record = |c: &Candidate| self.index.add(&c.endpoint.id, &m.keys, self.capacity(c));
-        if let Some(primary) = result.primary().and_then(|r| r.targets.first()) {
+        let mut holders = result.cache_holders();
+        if let Some(primary) = holders.next() {
             let info = m.get(&primary.endpoint.id);
             self.hit_ratio.observe(info.match_blocks as f64 / m.total_blocks as f64);
             self.hit_bytes.observe((info.match_blocks * m.block_size_tokens * 4) as f64);
-            record(primary);
+            self.index.add(&primary.endpoint.id, &m.keys, self.capacity(primary));
         }
-        let primary_id: Option<&EndpointId> = result.primary().and_then(|r| r.targets.first()).map(|c| &c.endpoint.id);
-        if let Some(prefill) = result.profile(PREFILL_PROFILE).and_then(|r| r.targets.first()) {
-            if Some(&prefill.endpoint.id) != primary_id {
-                record(prefill);
-            }
+        for other in holders {
+            self.index.add(&other.endpoint.id, &m.keys, self.capacity(other));
         }
         self.size.set(self.index.len() as f64);
     }

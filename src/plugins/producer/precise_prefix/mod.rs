@@ -5,6 +5,8 @@
 //! keys (epp's request keys, or vLLM's own hashes when `hashAlgorithm` names a vLLM
 //! algorithm) and one index lookup gives every endpoint's longest cached prefix, weighted by
 //! tier (gpu 1.0, cpu 0.8). Endpoints leaving the store are purged from the index.
+//! With `speculativeIndexing`, PreRequest adds the routed prompt's keys to the chosen
+//! endpoint (and the prefill pick) until `speculativeTTL` (`kvcache::speculative`).
 //!
 //! Parameters: see `params` (llm-d's schema: `tokenProcessorConfig`, `indexerConfig`,
 //! `kvCacheBackendConfigs`, `kvEventsConfig`, `speculativeIndexing`, `speculativeTTL`).
@@ -14,6 +16,8 @@ pub mod params;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
+use std::time::Instant;
+
 use tokio::sync::watch;
 
 use super::prefix_source::PrefixSource;
@@ -22,12 +26,15 @@ use crate::endpoints::store::EndpointStore;
 use crate::kvcache::hashing::HashExtras;
 use crate::kvcache::index::KeyMode;
 use crate::kvcache::{
-    DriftDetector, KvCacheMetrics, KvEventSource, PrefixIndex, Subscriber, SubscriberConfig, SubscriberHandle,
+    DriftDetector, KvCacheMetrics, KvEventSource, PrefixIndex, SpeculativeLedger, Subscriber, SubscriberConfig,
+    SubscriberHandle,
 };
 use crate::plugins::registry::{BuildContext, BuildError, PluginSpec, decode_params};
-use crate::plugins::{BackgroundService, PluginInstance, PluginName, ServiceContext, ServiceFuture};
+use crate::plugins::{BackgroundService, PluginInstance, PluginName, PreRequest, ServiceContext, ServiceFuture};
 use crate::request::InferenceRequest;
+use crate::scheduling::context::SchedulingContext;
 use crate::scheduling::data::MatchInfo;
+use crate::scheduling::result::{HeaderEdits, SchedulingResult};
 use params::{Derived, Params};
 
 /// Type name.
@@ -41,6 +48,7 @@ pub struct PrecisePrefixProducer {
     metrics: Arc<KvCacheMetrics>,
     derived: Derived,
     subscriber: Mutex<Option<Arc<SubscriberHandle>>>,
+    speculative: Option<Arc<SpeculativeLedger>>,
 }
 
 /// Builds the producer from already decoded parameters (shared with the scorer shim).
@@ -56,9 +64,25 @@ pub fn build_producer(
         name: spec.name.clone(),
         index: Arc::new(PrefixIndex::new(derived.index.clone())),
         metrics: cx.metrics.kv.clone(),
+        speculative: derived.speculative.map(|ttl| Arc::new(SpeculativeLedger::new(ttl))),
         derived,
         subscriber: Mutex::new(None),
     }))
+}
+
+/// The plugin instance of a built producer: data producer, background subscriber and, with
+/// `speculativeIndexing`, the PreRequest hook that records speculative entries.
+pub fn producer_instance(
+    spec: &PluginSpec,
+    type_name: &'static str,
+    producer: Arc<PrecisePrefixProducer>,
+) -> PluginInstance {
+    let instance = PluginInstance::new(spec.name.clone(), type_name).with_producer(producer.clone());
+    let instance = match producer.speculative {
+        Some(_) => instance.with_pre_request(producer.clone()),
+        None => instance,
+    };
+    instance.with_background(producer)
 }
 
 /// Factory.
@@ -71,7 +95,7 @@ pub fn build(spec: &PluginSpec, cx: &BuildContext) -> Result<PluginInstance, Bui
         ));
     }
     let producer = build_producer(spec, &params, cx)?;
-    Ok(PluginInstance::new(spec.name.clone(), TYPE).with_producer(producer.clone()).with_background(producer))
+    Ok(producer_instance(spec, TYPE, producer))
 }
 
 impl PrecisePrefixProducer {
@@ -90,6 +114,36 @@ impl PrecisePrefixProducer {
             }
             (KeyMode::Engine { .. }, None) => Vec::new(),
         }
+    }
+}
+
+impl PreRequest for PrecisePrefixProducer {
+    fn pre_request(&self, cx: &SchedulingContext<'_>, result: &SchedulingResult, _: &mut HeaderEdits) {
+        let Some(ledger) = &self.speculative else { return };
+        let Some(m) = cx.data.prefix(Some(&self.name)) else { return };
+        let now = Instant::now();
+        for holder in result.cache_holders() {
+            self.metrics.record_speculative(ledger.record(&self.index, &holder.endpoint.id, &m.keys, now));
+        }
+    }
+}
+
+/// Expires speculative entries while no request arrives to do it.
+async fn expire_speculation(
+    ledger: Arc<SpeculativeLedger>,
+    index: Arc<PrefixIndex>,
+    metrics: Arc<KvCacheMetrics>,
+    cancel: tokio_util::sync::CancellationToken,
+) {
+    let period = (ledger.ttl() / 4).max(std::time::Duration::from_millis(10));
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        metrics.record_speculative(ledger.expire(&index, Instant::now()));
     }
 }
 
@@ -184,6 +238,10 @@ impl BackgroundService for PrecisePrefixProducer {
                 self.metrics.clone(),
                 cx.cancel.clone(),
             ));
+            if let Some(ledger) = &self.speculative {
+                let (index, metrics) = (self.index.clone(), self.metrics.clone());
+                tokio::spawn(expire_speculation(ledger.clone(), index, metrics, cx.cancel.clone()));
+            }
             *self.subscriber.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(handle));
             Ok(())
         })

@@ -162,9 +162,13 @@ pub struct Derived {
     pub engine_hasher: Option<VllmHasher>,
     /// Block size used to cut prompts.
     pub block_size: usize,
-    /// `speculativeTTL` as given (validated; used once speculative indexing exists).
-    pub speculative_ttl: Option<Duration>,
+    /// Lifetime of speculative entries when `speculativeIndexing` is on (`speculativeTTL`,
+    /// 2s when unset or not positive); `None` when off.
+    pub speculative: Option<Duration>,
 }
+
+/// `speculativeTTL` default (llm-d).
+const DEFAULT_SPECULATIVE_TTL: Duration = Duration::from_secs(2);
 
 fn vllm_algo(name: &str) -> Option<HashAlgo> {
     HashAlgo::ALL.into_iter().find(|a| a.as_str() == name)
@@ -261,17 +265,37 @@ impl Params {
             replay_socket_port: Some(ev.pod_discovery_config.replay_socket_port).filter(|p| *p > 0),
             ..SubscriberConfig::default()
         };
-        if self.speculative_indexing {
-            return Err((
-                "speculativeIndexing".into(),
-                "speculative indexing is not available in this build; KV events confirm blocks within milliseconds"
-                    .into(),
-            ));
-        }
-        let speculative_ttl = match self.speculative_ttl.as_deref() {
-            Some(s) => Some(humantime::parse_duration(s).map_err(|e| ("speculativeTTL".to_string(), e.to_string()))?),
-            None => None,
+        let ttl = match self.speculative_ttl.as_deref().map(str::trim) {
+            // llm-d: a TTL <= 0 means the default. humantime has no sign, so "-1s" and "0" land here too.
+            Some(s) if !s.is_empty() && !s.starts_with('-') && s != "0" => {
+                humantime::parse_duration(s).map_err(|e| ("speculativeTTL".to_string(), e.to_string()))?
+            }
+            _ => DEFAULT_SPECULATIVE_TTL,
         };
-        Ok(Derived { index, subscriber, drift, engine_hasher, block_size, speculative_ttl })
+        let ttl = if ttl.is_zero() { DEFAULT_SPECULATIVE_TTL } else { ttl };
+        let speculative = self.speculative_indexing.then_some(ttl);
+        Ok(Derived { index, subscriber, drift, engine_hasher, block_size, speculative })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn derive(speculative_indexing: bool, ttl: Option<&str>) -> Result<Derived, (String, String)> {
+        Params { speculative_indexing, speculative_ttl: ttl.map(str::to_string), ..Params::default() }.derive()
+    }
+
+    #[test]
+    fn speculative_ttl_defaults_and_validates() {
+        assert_eq!(derive(false, Some("5s")).expect("off").speculative, None);
+        assert_eq!(derive(true, None).expect("default").speculative, Some(Duration::from_secs(2)));
+        assert_eq!(derive(true, Some("500ms")).expect("ms").speculative, Some(Duration::from_millis(500)));
+        assert_eq!(derive(true, Some("1m30s")).expect("go form").speculative, Some(Duration::from_secs(90)));
+        for not_positive in ["0", "0s", "-1s"] {
+            assert_eq!(derive(true, Some(not_positive)).expect("<= 0").speculative, Some(Duration::from_secs(2)));
+        }
+        let (path, _) = derive(true, Some("soon")).err().expect("bad duration");
+        assert_eq!(path, "speculativeTTL");
     }
 }
