@@ -113,8 +113,20 @@ pub struct SimArgs {
     #[arg(long, default_value_t = 1.0)]
     pub step_scale: f64,
     /// KV-event delivery delay, milliseconds.
-    #[arg(long, default_value_t = 10.0)]
-    pub event_delay_ms: f64,
+    #[arg(long, visible_alias = "kv-delay", alias = "event-delay-ms", default_value_t = 10.0)]
+    pub kv_delay_ms: f64,
+    /// Extra per-batch KV-event delay, uniform in [0, this), milliseconds (order kept).
+    #[arg(long, visible_alias = "kv-jitter", default_value_t = 0.0)]
+    pub kv_jitter_ms: f64,
+    /// Probability that a KV-event batch is lost (the gap purges the pod from the index).
+    #[arg(long, default_value_t = 0.0)]
+    pub kv_loss: f64,
+    /// Instead of the policy table, rerun precise over a ladder of KV-event delays and losses.
+    #[arg(long)]
+    pub kv_sweep: bool,
+    /// A named workload and fleet; replaces the workload, pod, rate and KV-size flags.
+    #[arg(long, value_enum)]
+    pub preset: Option<crate::sim::Preset>,
     /// Load-metrics refresh period, milliseconds.
     #[arg(long, default_value_t = 50.0)]
     pub scrape_interval_ms: f64,
