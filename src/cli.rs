@@ -112,6 +112,9 @@ pub struct SimArgs {
     /// Multiplier on step times (2 = a GPU half as fast).
     #[arg(long, default_value_t = 1.0)]
     pub step_scale: f64,
+    /// Extra multiplier on prefill time only (20 = Qwen3-32B TP2's cold 10k-token prefill).
+    #[arg(long, default_value_t = 1.0)]
+    pub prefill_scale: f64,
     /// KV-event delivery delay, milliseconds.
     #[arg(long, visible_alias = "kv-delay", alias = "event-delay-ms", default_value_t = 10.0)]
     pub kv_delay_ms: f64,

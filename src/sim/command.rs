@@ -43,7 +43,7 @@ pub fn scenario(args: &SimArgs) -> Scenario {
         kv_blocks: kv_blocks.max(1),
         max_num_seqs: args.max_num_seqs.max(1),
         max_batched_tokens: args.max_batched_tokens.max(1),
-        model: StepModel { scale: args.step_scale.max(1e-6) },
+        model: StepModel { scale: args.step_scale.max(1e-6), prefill_scale: args.prefill_scale.max(1e-6) },
     };
     Scenario {
         workload,
@@ -134,6 +134,7 @@ pub fn demo_args(seed: u64) -> SimArgs {
         max_num_seqs: 256,
         max_batched_tokens: 8192,
         step_scale: 1.0,
+        prefill_scale: 1.0,
         kv_delay_ms: 10.0,
         kv_jitter_ms: 0.0,
         kv_loss: 0.0,

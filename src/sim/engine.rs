@@ -44,6 +44,8 @@ pub struct RequestRecord {
     pub cached_tokens: usize,
     /// Output tokens.
     pub output_tokens: usize,
+    /// Identity of the prompt's first block (its prefix group).
+    pub group: u64,
     /// Time of the first output token.
     pub first_token: Option<f64>,
     /// Completion time.
@@ -159,6 +161,7 @@ pub fn run(
             arrival: r.arrival,
             prompt_tokens: r.prompt.len(),
             output_tokens: r.output_len,
+            group: super::kv::block_hash(None, &r.prompt[..r.prompt.len().min(fleet.pod.block_size)]),
             ..Default::default()
         })
         .collect();

@@ -17,7 +17,10 @@ const ROOT_SEED: u64 = 0x005E_ED0F_B10C;
 
 /// Hash of a full block given its parent's hash (`None` for the first block).
 pub fn block_hash(parent: Option<u64>, tokens: &[u32]) -> u64 {
-    let bytes: Vec<u8> = tokens.iter().flat_map(|t| t.to_le_bytes()).collect();
+    let mut bytes = Vec::with_capacity(tokens.len() * 4);
+    for t in tokens {
+        bytes.extend_from_slice(&t.to_le_bytes());
+    }
     xxhash_rust::xxh3::xxh3_64_with_seed(&bytes, parent.unwrap_or(ROOT_SEED))
 }
 

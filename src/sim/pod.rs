@@ -83,7 +83,9 @@ impl Active {
 pub struct Pod {
     config: PodConfig,
     pool: BlockPool,
-    waiting: VecDeque<SimRequest>,
+    /// Waiting requests with their prompt's block hashes (hashed once, at enqueue: the
+    /// queue head is re-examined every step while it does not fit).
+    waiting: VecDeque<(SimRequest, Vec<u64>)>,
     running: Vec<Active>,
     reserved: usize,
 }
@@ -102,7 +104,8 @@ impl Pod {
 
     /// Queues a request.
     pub fn enqueue(&mut self, req: SimRequest) {
-        self.waiting.push_back(req);
+        let hashes = kv::chain(&req.prompt, self.config.block_size);
+        self.waiting.push_back((req, hashes));
     }
 
     /// True when a step would do something.
@@ -185,8 +188,7 @@ impl Pod {
     fn admit(&mut self, out: &mut StepOutcome) {
         let bs = self.config.block_size;
         while self.running.len() < self.config.max_num_seqs {
-            let Some(req) = self.waiting.front() else { break };
-            let hashes = kv::chain(&req.prompt, bs);
+            let Some((req, hashes)) = self.waiting.front() else { break };
             // vLLM always computes at least the last prompt token.
             let cached = self.pool.cached_prefix(&hashes).min(req.prompt.len().saturating_sub(1) / bs);
             let total = (req.prompt.len() + req.output_len).div_ceil(bs);
@@ -195,7 +197,7 @@ impl Pod {
             if need > self.pool.capacity() && !self.running.is_empty() {
                 break;
             }
-            let Some(req) = self.waiting.pop_front() else { break };
+            let Some((req, hashes)) = self.waiting.pop_front() else { break };
             let mut held = Vec::with_capacity(total);
             for h in &hashes[..cached] {
                 if self.pool.acquire(*h) {

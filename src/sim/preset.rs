@@ -12,14 +12,20 @@ use crate::sim::WorkloadKind;
 pub enum Preset {
     /// W1, llm-d 73-capacity: 8 pods, 150 groups x 5, 6000/1200/1000 tokens, 3 -> 60 qps,
     /// prefixes at 73 % of the fleet's KV (307k tokens per pod).
+    #[value(name = "llmd-73")]
+    #[serde(rename = "llmd-73")]
     Llmd73,
     /// W3, SGLang generated-shared-prefix defaults: 64 groups x 16 prompts, 2048/128/256,
     /// each prompt once (1,024 requests), 8 pods at 16 qps, prefixes at 73 % of KV.
     SglangGsp,
     /// W8 at 100 pods: the default 8-pod shape (32 x 5 groups, 2000/400/200, 20 qps, 800
     /// requests) scaled at constant per-pod load (4 groups, 2.5 qps, 60 requests per pod).
+    #[value(name = "fleet-100")]
+    #[serde(rename = "fleet-100")]
     Fleet100,
     /// W8 at 1,000 pods (as `fleet-100`).
+    #[value(name = "fleet-1000")]
+    #[serde(rename = "fleet-1000")]
     Fleet1000,
 }
 

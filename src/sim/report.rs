@@ -35,6 +35,9 @@ pub struct PolicyReport {
     pub decision_us: f64,
     /// Requests per pod.
     pub per_pod: Vec<usize>,
+    /// Mean number of distinct pods each prefix group (first prompt block) was sent to:
+    /// 1 keeps every group on one pod; higher duplicates prefixes across pods.
+    pub pods_per_group: f64,
     /// KV blocks evicted over the fleet.
     pub evictions: u64,
     /// The KV-event path's counters (all zero for policies without an index).
@@ -78,11 +81,20 @@ pub fn summarize(run: &RunResult, pods: usize, wall_s: f64) -> PolicyReport {
             run.decision_seconds.iter().sum::<f64>() / run.decision_seconds.len() as f64 * 1e6
         },
         per_pod,
+        pods_per_group: pods_per_group(&run.records),
         evictions: run.evictions,
         kv_events: run.channel,
         sim_wall_s: wall_s,
         decisions_per_s: if wall_s > 0.0 { run.decision_seconds.len() as f64 / wall_s } else { 0.0 },
     }
+}
+
+fn pods_per_group(records: &[super::engine::RequestRecord]) -> f64 {
+    let mut pairs: Vec<(u64, usize)> = records.iter().map(|r| (r.group, r.pod)).collect();
+    pairs.sort_unstable();
+    pairs.dedup();
+    let groups = pairs.windows(2).filter(|w| w[0].0 != w[1].0).count() + usize::from(!pairs.is_empty());
+    if groups == 0 { 0.0 } else { pairs.len() as f64 / groups as f64 }
 }
 
 /// Fills `regret` from the oracle's row, when there is one.
@@ -98,14 +110,14 @@ pub fn table(reports: &[PolicyReport]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{:<12} {:>6} {:>8} {:>10} {:>10} {:>10} {:>9} {:>8} {:>12} {:>8}",
-        "policy", "done", "hit", "ttft p50", "ttft p90", "out tok/s", "imbalance", "regret", "decision µs", "wall s"
+        "{:<12} {:>6} {:>8} {:>10} {:>10} {:>10} {:>9} {:>8} {:>8} {:>12} {:>8}",
+        "policy", "done", "hit", "ttft p50", "ttft p90", "out tok/s", "imbalance", "pods/grp", "regret", "decision µs", "wall s"
     );
     for r in reports {
         let regret = r.regret.map_or_else(|| "-".to_string(), |g| format!("{:.1}pt", g * 100.0));
         let _ = writeln!(
             s,
-            "{:<12} {:>6} {:>7.1}% {:>9.3}s {:>9.3}s {:>10.0} {:>9.2} {:>8} {:>12.1} {:>8.2}",
+            "{:<12} {:>6} {:>7.1}% {:>9.3}s {:>9.3}s {:>10.0} {:>9.2} {:>8.2} {:>8} {:>12.1} {:>8.2}",
             r.policy,
             r.completed,
             r.hit_rate * 100.0,
@@ -113,6 +125,7 @@ pub fn table(reports: &[PolicyReport]) -> String {
             r.ttft_p90_s,
             r.output_tok_per_s,
             r.imbalance,
+            r.pods_per_group,
             regret,
             r.decision_us,
             r.sim_wall_s
