@@ -127,6 +127,13 @@ pub struct SimArgs {
     /// Instead of the policy table, rerun precise over a ladder of KV-event delays and losses.
     #[arg(long)]
     pub kv_sweep: bool,
+    /// Wire mode: route through a real epp on loopback (ext_proc, ZeroMQ, HTTP scrapes),
+    /// paced by the wall clock; keep the fleet and run small.
+    #[arg(long)]
+    pub wire: bool,
+    /// Wire mode: simulated seconds per wall second.
+    #[arg(long, default_value_t = 1.0)]
+    pub wire_speed: f64,
     /// A named workload and fleet; replaces the workload, pod, rate and KV-size flags.
     #[arg(long, value_enum)]
     pub preset: Option<crate::sim::Preset>,

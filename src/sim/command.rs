@@ -6,8 +6,8 @@ use std::io::Write as _;
 use serde::Serialize;
 
 use super::{
-    ChannelConfig, FleetConfig, PodConfig, Policy, PolicyReport, Scenario, StepModel, WorkloadKind, WorkloadSpec, kv_blocks_for,
-    report, run_policies,
+    ChannelConfig, FleetConfig, PodConfig, Policy, PolicyReport, Scenario, StepModel, WorkloadKind, WorkloadSpec,
+    kv_blocks_for, report, run_policies,
 };
 use crate::cli::SimArgs;
 
@@ -80,7 +80,11 @@ pub fn sim(args: &SimArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     let policies: Vec<Policy> = if args.policy.is_empty() { Policy::ALL.to_vec() } else { args.policy.clone() };
-    let reports = run_policies(&scenario, &policies, &mut |_, _| {})?;
+    let reports = if args.wire {
+        super::wire::run_policies(&scenario, &policies, args.wire_speed)?
+    } else {
+        run_policies(&scenario, &policies, &mut |_, _| {})?
+    };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&SimOutput { scenario: &scenario, results: &reports })?);
     } else {
@@ -139,6 +143,8 @@ pub fn demo_args(seed: u64) -> SimArgs {
         kv_jitter_ms: 0.0,
         kv_loss: 0.0,
         kv_sweep: false,
+        wire: false,
+        wire_speed: 1.0,
         preset: None,
         scrape_interval_ms: 50.0,
         json: false,

@@ -13,6 +13,8 @@
 //! - `channel`: the KV-event path's delay, jitter and loss, and the gap purge.
 //! - `inproc`: the in-process fabric (scheduler, endpoint store, index, channel).
 //! - `sweep`: precise routing over a ladder of KV-event delays and losses.
+//! - `wire`: wire mode: the pods behind real `/metrics` HTTP servers and ZeroMQ publishers,
+//!   routed by a real epp over ext_proc on loopback.
 //! - `report`: per-policy metrics and tables.
 //! - `command`: the `epp sim` / `epp demo` entry points.
 //!
@@ -24,8 +26,7 @@
 //!                                                      --> PrefixIndex::apply
 //!            --admissions, first tokens, completions--> report
 //! ```
-//! Not here: wire mode (real ZeroMQ, HTTP scrapes and ext_proc on loopback), preemption,
-//! CPU-offload tiers.
+//! Not here: preemption, CPU-offload tiers.
 
 pub mod channel;
 pub mod command;
@@ -38,12 +39,13 @@ pub mod report;
 pub mod router;
 pub mod sweep;
 pub mod timing;
+pub mod wire;
 pub mod workload;
 
 pub use channel::ChannelConfig;
 pub use engine::{Fabric, FleetConfig, Progress, RunResult};
-pub use preset::Preset;
 pub use pod::PodConfig;
+pub use preset::Preset;
 pub use report::PolicyReport;
 pub use router::{Policy, RouteError};
 pub use timing::StepModel;

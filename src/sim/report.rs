@@ -111,7 +111,17 @@ pub fn table(reports: &[PolicyReport]) -> String {
     let _ = writeln!(
         s,
         "{:<12} {:>6} {:>8} {:>10} {:>10} {:>10} {:>9} {:>8} {:>8} {:>12} {:>8}",
-        "policy", "done", "hit", "ttft p50", "ttft p90", "out tok/s", "imbalance", "pods/grp", "regret", "decision µs", "wall s"
+        "policy",
+        "done",
+        "hit",
+        "ttft p50",
+        "ttft p90",
+        "out tok/s",
+        "imbalance",
+        "pods/grp",
+        "regret",
+        "decision µs",
+        "wall s"
     );
     for r in reports {
         let regret = r.regret.map_or_else(|| "-".to_string(), |g| format!("{:.1}pt", g * 100.0));
