@@ -153,7 +153,13 @@ pub fn run(
     requests: &[SimRequest],
     progress: &mut dyn FnMut(Progress),
 ) -> Result<RunResult, RouteError> {
-    let mut pods: Vec<Pod> = (0..fleet.pods).map(|_| Pod::new(fleet.pod)).collect();
+    let mut pods: Vec<Pod> = (0..fleet.pods)
+        .map(|_| {
+            let mut pod = Pod::new(fleet.pod);
+            pod.set_records_events(fabric.wants_events());
+            pod
+        })
+        .collect();
     let mut stepping = vec![false; fleet.pods];
     let mut records: Vec<RequestRecord> = requests
         .iter()

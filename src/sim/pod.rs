@@ -102,6 +102,11 @@ impl Pod {
         }
     }
 
+    /// Records KV events for `step` to return (on by default; off when nobody reads them).
+    pub fn set_records_events(&mut self, on: bool) {
+        self.pool.set_records_events(on);
+    }
+
     /// Queues a request.
     pub fn enqueue(&mut self, req: SimRequest) {
         let hashes = kv::chain(&req.prompt, self.config.block_size);
@@ -223,14 +228,17 @@ impl Pod {
 /// Stores the request's newly filled blocks, consuming its reservation.
 fn sync_blocks(a: &mut Active, pool: &mut BlockPool, reserved: &mut usize, bs: usize) {
     let in_kv = a.computed + a.generated.saturating_sub(1);
+    let mut tokens = Vec::with_capacity(bs);
     while a.chain.len() < in_kv / bs {
         let k = a.chain.len();
         let parent = a.chain.last().copied();
-        let tokens: Vec<u32> = (k * bs..(k + 1) * bs).map(|i| a.token_at(i)).collect();
-        let hash = match a.prompt_hashes.get(k) {
-            Some(h) => *h,
-            None => kv::block_hash(parent, &tokens),
-        };
+        let known = a.prompt_hashes.get(k).copied();
+        tokens.clear();
+        // A prompt block's hash is known; its tokens are only needed for the KV event.
+        if known.is_none() || pool.records_events() {
+            tokens.extend((k * bs..(k + 1) * bs).map(|i| a.token_at(i)));
+        }
+        let hash = known.unwrap_or_else(|| kv::block_hash(parent, &tokens));
         a.chain.push(hash);
         if pool.store(hash, parent, &tokens) {
             a.held.push(hash);
