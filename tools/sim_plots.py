@@ -114,7 +114,7 @@ def sweep_chart(path, sweep):
         if e["loss"]:
             parts.append(f"{e['loss'] * 100:g}% loss")
         labels.append(", ".join(parts))
-    out = frame("precise hit rate vs KV-event delay and loss", "KV-event path (delay, jitter, loss)", "prefix hit rate (%)")
+    out = frame("precise hit rate vs KV-event delay and loss (8 pods, 20 qps, 90 % KV)", "KV-event path (delay, jitter, loss)", "prefix hit rate (%)")
     sy = scale(0, 100, H - B, T)
     for v in range(0, 101, 20):
         out.append(f'<line x1="{L}" x2="{W - R}" y1="{sy(v):.1f}" y2="{sy(v):.1f}" stroke="#eee"/>')
