@@ -195,7 +195,7 @@ impl Pod {
         while self.running.len() < self.config.max_num_seqs {
             let Some((req, hashes)) = self.waiting.front() else { break };
             // vLLM always computes at least the last prompt token.
-            let cached = self.pool.cached_prefix(&hashes).min(req.prompt.len().saturating_sub(1) / bs);
+            let cached = self.pool.cached_prefix(hashes).min(req.prompt.len().saturating_sub(1) / bs);
             let total = (req.prompt.len() + req.output_len).div_ceil(bs);
             let to_reserve = total.saturating_sub(cached);
             let need = self.pool.in_use() + self.pool.free_among(&hashes[..cached]) + self.reserved + to_reserve;
