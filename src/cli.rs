@@ -112,9 +112,31 @@ pub struct SimArgs {
     /// Multiplier on step times (2 = a GPU half as fast).
     #[arg(long, default_value_t = 1.0)]
     pub step_scale: f64,
+    /// Extra multiplier on prefill time only (20 = Qwen3-32B TP2's cold 10k-token prefill).
+    #[arg(long, default_value_t = 1.0)]
+    pub prefill_scale: f64,
     /// KV-event delivery delay, milliseconds.
-    #[arg(long, default_value_t = 10.0)]
-    pub event_delay_ms: f64,
+    #[arg(long, visible_alias = "kv-delay", alias = "event-delay-ms", default_value_t = 10.0)]
+    pub kv_delay_ms: f64,
+    /// Extra per-batch KV-event delay, uniform in [0, this), milliseconds (order kept).
+    #[arg(long, visible_alias = "kv-jitter", default_value_t = 0.0)]
+    pub kv_jitter_ms: f64,
+    /// Probability that a KV-event batch is lost (the gap purges the pod from the index).
+    #[arg(long, default_value_t = 0.0)]
+    pub kv_loss: f64,
+    /// Instead of the policy table, rerun precise over a ladder of KV-event delays and losses.
+    #[arg(long)]
+    pub kv_sweep: bool,
+    /// Wire mode: route through a real epp on loopback (ext_proc, ZeroMQ, HTTP scrapes),
+    /// paced by the wall clock; keep the fleet and run small.
+    #[arg(long)]
+    pub wire: bool,
+    /// Wire mode: simulated seconds per wall second.
+    #[arg(long, default_value_t = 1.0)]
+    pub wire_speed: f64,
+    /// A named workload and fleet; replaces the workload, pod, rate and KV-size flags.
+    #[arg(long, value_enum)]
+    pub preset: Option<crate::sim::Preset>,
     /// Load-metrics refresh period, milliseconds.
     #[arg(long, default_value_t = 50.0)]
     pub scrape_interval_ms: f64,

@@ -227,6 +227,24 @@ pub fn extract(text: &str, mapping: &EngineMapping) -> Extracted {
     out
 }
 
+/// vLLM-style exposition text of `m` (the inverse of [`extract`] with the `vllm` mapping,
+/// for simulated pods): waiting, running, KV usage, and `cache_config_info` when the block
+/// size and count are known.
+pub fn vllm_exposition(m: &PodMetrics) -> String {
+    let mut s = format!(
+        "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting {}\n\
+         # TYPE vllm:num_requests_running gauge\nvllm:num_requests_running {}\n\
+         # TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc {}\n",
+        m.waiting_queue_size, m.running_requests, m.kv_cache_usage
+    );
+    if let (Some(size), Some(blocks)) = (m.cache_block_size, m.cache_num_blocks) {
+        s.push_str(&format!(
+            "# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{{block_size=\"{size}\",num_gpu_blocks=\"{blocks}\"}} 1\n"
+        ));
+    }
+    s
+}
+
 /// Whether `candidate` should replace the current selection of `slot`.
 fn replaces(slot: Slot, current: Option<&Sample<'_>>, candidate: &Sample<'_>) -> bool {
     match (slot, current) {

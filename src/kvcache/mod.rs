@@ -29,6 +29,7 @@
 pub mod bench;
 pub mod decode;
 pub mod drift;
+pub mod encode;
 pub mod events;
 pub mod hashing;
 pub mod index;
@@ -41,6 +42,7 @@ pub mod subscriber;
 pub use bench::{BenchError, IndexBenchReport, run_index_bench};
 pub use decode::{DecodeError, decode_batch};
 pub use drift::{DriftConfig, DriftDetector};
+pub use encode::encode_batch;
 pub use events::{EventBatch, KvEvent, Tier};
 pub use hashing::{HashAlgo, VllmHasher, VllmVersion};
 pub use index::{EndpointMatch, IndexConfig, KeyMode, PrefixIndex, TierWeights};

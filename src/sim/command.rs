@@ -6,13 +6,22 @@ use std::io::Write as _;
 use serde::Serialize;
 
 use super::{
-    FleetConfig, PodConfig, Policy, PolicyReport, Scenario, StepModel, WorkloadKind, WorkloadSpec, kv_blocks_for,
-    report, run_policies,
+    ChannelConfig, FleetConfig, PodConfig, Policy, PolicyReport, Scenario, StepModel, WorkloadKind, WorkloadSpec,
+    kv_blocks_for, report, run_policies,
 };
 use crate::cli::SimArgs;
 
-/// The scenario the flags describe.
+/// The scenario the flags describe (after the preset, when one is named).
 pub fn scenario(args: &SimArgs) -> Scenario {
+    let mut preset_args;
+    let args = match args.preset {
+        Some(p) => {
+            preset_args = args.clone();
+            p.apply(&mut preset_args);
+            &preset_args
+        }
+        None => args,
+    };
     let workload = WorkloadSpec {
         kind: args.workload,
         groups: args.groups.max(1),
@@ -34,14 +43,18 @@ pub fn scenario(args: &SimArgs) -> Scenario {
         kv_blocks: kv_blocks.max(1),
         max_num_seqs: args.max_num_seqs.max(1),
         max_batched_tokens: args.max_batched_tokens.max(1),
-        model: StepModel { scale: args.step_scale.max(1e-6) },
+        model: StepModel { scale: args.step_scale.max(1e-6), prefill_scale: args.prefill_scale.max(1e-6) },
     };
     Scenario {
         workload,
         fleet: FleetConfig {
             pods,
             pod,
-            event_delay: args.event_delay_ms.max(0.0) / 1e3,
+            events: ChannelConfig {
+                delay: args.kv_delay_ms.max(0.0) / 1e3,
+                jitter: args.kv_jitter_ms.max(0.0) / 1e3,
+                loss: args.kv_loss.clamp(0.0, 1.0),
+            },
             scrape_interval: args.scrape_interval_ms.max(1.0) / 1e3,
         },
     }
@@ -56,31 +69,50 @@ struct SimOutput<'a> {
 /// `epp sim`.
 pub fn sim(args: &SimArgs) -> anyhow::Result<()> {
     let scenario = scenario(args);
+    if args.kv_sweep {
+        let sweep = super::sweep::run(&scenario)?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&serde_json::json!({"scenario": &scenario, "sweep": &sweep}))?);
+        } else {
+            println!("{}", headline(&scenario));
+            print!("{}", super::sweep::table(&sweep));
+        }
+        return Ok(());
+    }
     let policies: Vec<Policy> = if args.policy.is_empty() { Policy::ALL.to_vec() } else { args.policy.clone() };
-    let reports = run_policies(&scenario, &policies, &mut |_, _| {})?;
+    let reports = if args.wire {
+        super::wire::run_policies(&scenario, &policies, args.wire_speed)?
+    } else {
+        run_policies(&scenario, &policies, &mut |_, _| {})?
+    };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&SimOutput { scenario: &scenario, results: &reports })?);
     } else {
-        let w = &scenario.workload;
-        println!(
-            "{:?}: {} pods x {} KV blocks of {} tokens; {} groups x {} users, {}/{}/{} tokens; {} requests at {} qps{}; seed {}",
-            w.kind,
-            scenario.fleet.pods,
-            scenario.fleet.pod.kv_blocks,
-            scenario.fleet.pod.block_size,
-            w.groups,
-            w.users,
-            w.system_tokens,
-            w.question_tokens,
-            w.output_tokens,
-            w.requests,
-            w.qps,
-            w.qps_end.map(|e| format!(" -> {e}")).unwrap_or_default(),
-            w.seed
-        );
+        println!("{}", headline(&scenario));
         print!("{}", report::table(&reports));
     }
     Ok(())
+}
+
+/// One line describing the scenario.
+fn headline(scenario: &Scenario) -> String {
+    let w = &scenario.workload;
+    format!(
+        "{:?}: {} pods x {} KV blocks of {} tokens; {} groups x {} users, {}/{}/{} tokens; {} requests at {} qps{}; seed {}",
+        w.kind,
+        scenario.fleet.pods,
+        scenario.fleet.pod.kv_blocks,
+        scenario.fleet.pod.block_size,
+        w.groups,
+        w.users,
+        w.system_tokens,
+        w.question_tokens,
+        w.output_tokens,
+        w.requests,
+        w.qps,
+        w.qps_end.map(|e| format!(" -> {e}")).unwrap_or_default(),
+        w.seed
+    )
 }
 
 /// The demo preset: 4 pods, 12 groups x 4 users, 1024/128/64 tokens, rising 4 -> 24 qps,
@@ -106,7 +138,14 @@ pub fn demo_args(seed: u64) -> SimArgs {
         max_num_seqs: 256,
         max_batched_tokens: 8192,
         step_scale: 1.0,
-        event_delay_ms: 10.0,
+        prefill_scale: 1.0,
+        kv_delay_ms: 10.0,
+        kv_jitter_ms: 0.0,
+        kv_loss: 0.0,
+        kv_sweep: false,
+        wire: false,
+        wire_speed: 1.0,
+        preset: None,
         scrape_interval_ms: 50.0,
         json: false,
     }

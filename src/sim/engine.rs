@@ -1,24 +1,22 @@
-//! The discrete-event loop of one run (one policy over one request stream). Simulated time
-//! only: a min-heap of timed events (arrival, pod step, KV-event delivery, metrics scrape),
-//! ties in insertion order, so a run is a pure function of its inputs and seed.
+//! The discrete-event loop of one run (one policy over one request stream): a min-heap of
+//! timed events (arrival, pod step, KV-event delivery, load publication), ties in insertion
+//! order, so an in-process run is a pure function of its inputs and seed.
 //!
-//! On arrival the router picks a pod; a pod with work steps back to back (`pod::Pod::step`
-//! gives the duration); each step's KV events reach the precise producer's index
-//! `event_delay` after the step ends; every `scrape_interval` each pod's load is written to
-//! the endpoint store, as the scraper would.
+//! On arrival the `Fabric` picks a pod; a pod with work steps back to back (`pod::Pod::step`
+//! gives the duration); each step's KV events are published through the fabric (in process:
+//! the `channel` with its delay, jitter, loss and gap purge) and delivered when it says;
+//! every `scrape_interval` the pods' load is handed to the fabric, as a scrape would see it.
+//! The fabric also paces the loop (`advance_to`): wire mode keeps simulated time in step
+//! with the wall clock.
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
-use std::sync::Arc;
 
+use super::channel::{ChannelConfig, ChannelStats, Delivery};
 use super::pod::{Pod, PodConfig};
-use super::router::{MODEL, Policy, RouteError, Router, pod_name};
+use super::router::{Policy, RouteError};
 use super::workload::SimRequest;
-use crate::endpoints::model::MetricsState;
-use crate::endpoints::store::EndpointStore;
-use crate::endpoints::vllm_metrics::PodMetrics;
-use crate::kvcache::events::{EventBatch, EventKind, KvEvent};
-use crate::kvcache::index::EventOutcome;
+use crate::kvcache::events::{EventBatch, KvEvent};
 
 /// Fleet settings of a run.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
@@ -27,8 +25,8 @@ pub struct FleetConfig {
     pub pods: usize,
     /// Engine settings of each pod.
     pub pod: PodConfig,
-    /// Delay between a step's end and its KV events reaching the index, seconds.
-    pub event_delay: f64,
+    /// The KV-event path: delay, jitter and loss between a step's end and the index.
+    pub events: ChannelConfig,
     /// Period of load updates in the endpoint store, seconds.
     pub scrape_interval: f64,
 }
@@ -46,6 +44,8 @@ pub struct RequestRecord {
     pub cached_tokens: usize,
     /// Output tokens.
     pub output_tokens: usize,
+    /// Identity of the prompt's first block (its prefix group).
+    pub group: u64,
     /// Time of the first output token.
     pub first_token: Option<f64>,
     /// Completion time.
@@ -63,8 +63,8 @@ pub struct RunResult {
     pub decision_seconds: Vec<f64>,
     /// Blocks evicted over all pods.
     pub evictions: u64,
-    /// KV events the index did not apply (unknown parent, unknown block, ...).
-    pub events_rejected: u64,
+    /// The KV-event path's counters (all zero for policies without an index).
+    pub channel: ChannelStats,
 }
 
 /// Progress of a run, for live output.
@@ -82,7 +82,7 @@ pub struct Progress {
 enum Event {
     Arrival(usize),
     Step(usize),
-    Deliver(usize, EventBatch),
+    Deliver(usize, u64, EventBatch),
     Scrape,
 }
 
@@ -123,19 +123,43 @@ impl Loop {
     }
 }
 
-/// Runs `policy` over `requests` on a fresh fleet. `progress` is called after every routed
-/// request.
+/// Where a run's routing decisions, KV events and load signals go: epp's scheduler in
+/// process (`inproc::InProcess`) or a real epp on loopback (`wire`).
+pub trait Fabric {
+    /// Picks a pod for `req`; also returns the wall time of the decision in seconds.
+    fn route(&mut self, req: &SimRequest, pods: &[Pod]) -> Result<(usize, f64), RouteError>;
+    /// Whether the policy consumes KV events (false: the engine does not publish them).
+    fn wants_events(&self) -> bool;
+    /// A pod's batch of a step that ended at `end`: when it should be delivered and its
+    /// sequence number, or `None` when it is lost on the way.
+    fn publish(&mut self, pod: usize, end: f64) -> Option<Delivery>;
+    /// Delivers a batch published earlier.
+    fn deliver(&mut self, pod: usize, seq: u64, batch: EventBatch);
+    /// Makes every pod's current load visible to the router, as a scrape would.
+    fn publish_load(&mut self, pods: &[Pod]);
+    /// Called before the event at simulated time `at` is processed (wire mode waits for
+    /// the wall clock to catch up; in process it returns at once).
+    fn advance_to(&mut self, at: f64);
+    /// The KV-event path's counters.
+    fn channel_stats(&self) -> ChannelStats;
+}
+
+/// Runs `policy` over `requests` on a fresh fleet, routing through `fabric`. `progress` is
+/// called after every routed request.
 pub fn run(
     policy: Policy,
+    fabric: &mut dyn Fabric,
     fleet: &FleetConfig,
     requests: &[SimRequest],
     progress: &mut dyn FnMut(Progress),
 ) -> Result<RunResult, RouteError> {
-    let store = EndpointStore::new();
-    // `pod-{i}`, the names `router::pod_name` gives.
-    store.replace(crate::bench::synthetic::endpoints(fleet.pods));
-    let mut router = Router::new(policy, store.clone(), fleet.pod.block_size)?;
-    let mut pods: Vec<Pod> = (0..fleet.pods).map(|_| Pod::new(fleet.pod)).collect();
+    let mut pods: Vec<Pod> = (0..fleet.pods)
+        .map(|_| {
+            let mut pod = Pod::new(fleet.pod);
+            pod.set_records_events(fabric.wants_events());
+            pod
+        })
+        .collect();
     let mut stepping = vec![false; fleet.pods];
     let mut records: Vec<RequestRecord> = requests
         .iter()
@@ -143,6 +167,7 @@ pub fn run(
             arrival: r.arrival,
             prompt_tokens: r.prompt.len(),
             output_tokens: r.output_len,
+            group: super::kv::block_hash(None, &r.prompt[..r.prompt.len().min(fleet.pod.block_size)]),
             ..Default::default()
         })
         .collect();
@@ -151,13 +176,14 @@ pub fn run(
     for (i, r) in requests.iter().enumerate() {
         ev.push(r.arrival, Event::Arrival(i));
     }
-    publish_load(&store, &pods, fleet);
+    fabric.publish_load(&pods);
     ev.push(fleet.scrape_interval, Event::Scrape);
-    let (mut routed, mut finished, mut events_rejected) = (0, 0, 0u64);
+    let (mut routed, mut finished) = (0, 0);
     while let Some(Timed { at: now, event, .. }) = ev.heap.pop() {
+        fabric.advance_to(now);
         match event {
             Event::Arrival(i) => {
-                let (p, seconds) = router.route(&requests[i], &pods)?;
+                let (p, seconds) = fabric.route(&requests[i], &pods)?;
                 decision_seconds.push(seconds);
                 records[i].pod = p;
                 pods[p].enqueue(requests[i].clone());
@@ -181,8 +207,11 @@ pub fn run(
                 for id in out.finished {
                     records[id].finished = Some(end);
                 }
-                if router.kv_index().is_some() && !out.events.is_empty() {
-                    ev.push(end + fleet.event_delay, Event::Deliver(p, batch(end, out.events)));
+                if fabric.wants_events()
+                    && !out.events.is_empty()
+                    && let Some(d) = fabric.publish(p, end)
+                {
+                    ev.push(d.at, Event::Deliver(p, d.seq, batch(end, out.events)));
                 }
                 if pods[p].has_work() {
                     ev.push(end, Event::Step(p));
@@ -190,18 +219,9 @@ pub fn run(
                     stepping[p] = false;
                 }
             }
-            Event::Deliver(p, b) => {
-                if let Some(index) = router.kv_index() {
-                    let stats = index.apply(&pod_name(p), MODEL, &b);
-                    let applied: u32 = [EventKind::Stored, EventKind::Removed, EventKind::Cleared]
-                        .into_iter()
-                        .map(|k| stats.count(k, EventOutcome::Applied))
-                        .sum();
-                    events_rejected += (b.events.len() as u64).saturating_sub(applied as u64);
-                }
-            }
+            Event::Deliver(p, seq, b) => fabric.deliver(p, seq, b),
             Event::Scrape => {
-                publish_load(&store, &pods, fleet);
+                fabric.publish_load(&pods);
                 if finished < requests.len() {
                     ev.push(now + fleet.scrape_interval, Event::Scrape);
                 }
@@ -209,32 +229,9 @@ pub fn run(
         }
     }
     let evictions = pods.iter().map(Pod::evictions).sum();
-    Ok(RunResult { policy, records, decision_seconds, evictions, events_rejected })
+    Ok(RunResult { policy, records, decision_seconds, evictions, channel: fabric.channel_stats() })
 }
 
 fn batch(ts: f64, events: Vec<KvEvent>) -> EventBatch {
     EventBatch { ts, events, data_parallel_rank: None, unknown_events: 0 }
-}
-
-/// Writes every pod's load into the store, stamped now (the scorers check freshness
-/// against real time).
-fn publish_load(store: &EndpointStore, pods: &[Pod], fleet: &FleetConfig) {
-    let snapshot = store.snapshot();
-    for (i, pod) in pods.iter().enumerate() {
-        let Some(entry) = snapshot.get(&pod_name(i)) else { continue };
-        let load = pod.load();
-        let metrics = PodMetrics {
-            waiting_queue_size: load.waiting as u64,
-            running_requests: load.running as u64,
-            kv_cache_usage: load.kv_usage,
-            cache_block_size: Some(fleet.pod.block_size as u32),
-            cache_num_blocks: Some(fleet.pod.kv_blocks as u64),
-            ..Default::default()
-        };
-        entry.metrics.store(Arc::new(MetricsState {
-            metrics,
-            updated_at: Some(tokio::time::Instant::now()),
-            last_scrape_failed: false,
-        }));
-    }
 }

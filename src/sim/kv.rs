@@ -9,6 +9,7 @@
 //! up front (see `pod`), so the pool never runs dry.
 
 use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::kvcache::events::{BlockRemoved, BlockStored, KvEvent};
 
@@ -17,8 +18,17 @@ const ROOT_SEED: u64 = 0x005E_ED0F_B10C;
 
 /// Hash of a full block given its parent's hash (`None` for the first block).
 pub fn block_hash(parent: Option<u64>, tokens: &[u32]) -> u64 {
+    let seed = parent.unwrap_or(ROOT_SEED);
+    // Blocks of up to 64 tokens (the usual sizes) are hashed from the stack.
+    let mut stack = [0u8; 256];
+    if tokens.len() * 4 <= stack.len() {
+        for (dst, t) in stack.chunks_exact_mut(4).zip(tokens) {
+            dst.copy_from_slice(&t.to_le_bytes());
+        }
+        return xxhash_rust::xxh3::xxh3_64_with_seed(&stack[..tokens.len() * 4], seed);
+    }
     let bytes: Vec<u8> = tokens.iter().flat_map(|t| t.to_le_bytes()).collect();
-    xxhash_rust::xxh3::xxh3_64_with_seed(&bytes, parent.unwrap_or(ROOT_SEED))
+    xxhash_rust::xxh3::xxh3_64_with_seed(&bytes, seed)
 }
 
 /// Hashes of the full blocks of `tokens`, in prefix order.
@@ -34,6 +44,25 @@ pub fn chain(tokens: &[u32], block_size: usize) -> Vec<u64> {
         .collect()
 }
 
+/// Block hashes are already uniform 64-bit values: the map uses them as they are instead of
+/// hashing them again with SipHash (a hot spot at 1,000 pods).
+#[derive(Default)]
+struct HashKey(u64);
+
+impl Hasher for HashKey {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
 #[derive(Debug)]
 struct Block {
     refs: u32,
@@ -46,12 +75,14 @@ struct Block {
 pub struct BlockPool {
     block_size: usize,
     capacity: usize,
-    blocks: HashMap<u64, Block>,
+    blocks: HashMap<u64, Block, BuildHasherDefault<HashKey>>,
     /// Free (cached, unreferenced) blocks by the time they were freed: the LRU order.
     free: BTreeMap<u64, u64>,
     stamp: u64,
     in_use: usize,
     events: Vec<KvEvent>,
+    /// Whether stores and evictions are recorded as events (off when nobody reads them).
+    records_events: bool,
     evictions: u64,
 }
 
@@ -61,11 +92,12 @@ impl BlockPool {
         Self {
             block_size,
             capacity,
-            blocks: HashMap::new(),
+            blocks: HashMap::default(),
             free: BTreeMap::new(),
             stamp: 0,
             in_use: 0,
             events: Vec::new(),
+            records_events: true,
             evictions: 0,
         }
     }
@@ -140,6 +172,16 @@ impl BlockPool {
         }
     }
 
+    /// Turns event recording on or off (on by default).
+    pub fn set_records_events(&mut self, on: bool) {
+        self.records_events = on;
+    }
+
+    /// Whether stores and evictions are recorded as events.
+    pub fn records_events(&self) -> bool {
+        self.records_events
+    }
+
     /// The events since the last call, in the order they happened.
     pub fn take_events(&mut self) -> Vec<KvEvent> {
         std::mem::take(&mut self.events)
@@ -149,6 +191,9 @@ impl BlockPool {
         let Some((_, hash)) = self.free.pop_first() else { return false };
         self.blocks.remove(&hash);
         self.evictions += 1;
+        if !self.records_events {
+            return true;
+        }
         if let Some(KvEvent::BlockRemoved(r)) = self.events.last_mut() {
             r.block_hashes.push(hash);
         } else {
@@ -158,6 +203,9 @@ impl BlockPool {
     }
 
     fn push_stored(&mut self, hash: u64, parent: Option<u64>, tokens: &[u32]) {
+        if !self.records_events {
+            return;
+        }
         // Extend the previous event when this block continues its run.
         if let Some(KvEvent::BlockStored(s)) = self.events.last_mut()
             && parent.is_some()

@@ -83,7 +83,9 @@ impl Active {
 pub struct Pod {
     config: PodConfig,
     pool: BlockPool,
-    waiting: VecDeque<SimRequest>,
+    /// Waiting requests with their prompt's block hashes (hashed once, at enqueue: the
+    /// queue head is re-examined every step while it does not fit).
+    waiting: VecDeque<(SimRequest, Vec<u64>)>,
     running: Vec<Active>,
     reserved: usize,
 }
@@ -100,9 +102,15 @@ impl Pod {
         }
     }
 
+    /// Records KV events for `step` to return (on by default; off when nobody reads them).
+    pub fn set_records_events(&mut self, on: bool) {
+        self.pool.set_records_events(on);
+    }
+
     /// Queues a request.
     pub fn enqueue(&mut self, req: SimRequest) {
-        self.waiting.push_back(req);
+        let hashes = kv::chain(&req.prompt, self.config.block_size);
+        self.waiting.push_back((req, hashes));
     }
 
     /// True when a step would do something.
@@ -185,17 +193,16 @@ impl Pod {
     fn admit(&mut self, out: &mut StepOutcome) {
         let bs = self.config.block_size;
         while self.running.len() < self.config.max_num_seqs {
-            let Some(req) = self.waiting.front() else { break };
-            let hashes = kv::chain(&req.prompt, bs);
+            let Some((req, hashes)) = self.waiting.front() else { break };
             // vLLM always computes at least the last prompt token.
-            let cached = self.pool.cached_prefix(&hashes).min(req.prompt.len().saturating_sub(1) / bs);
+            let cached = self.pool.cached_prefix(hashes).min(req.prompt.len().saturating_sub(1) / bs);
             let total = (req.prompt.len() + req.output_len).div_ceil(bs);
             let to_reserve = total.saturating_sub(cached);
             let need = self.pool.in_use() + self.pool.free_among(&hashes[..cached]) + self.reserved + to_reserve;
             if need > self.pool.capacity() && !self.running.is_empty() {
                 break;
             }
-            let Some(req) = self.waiting.pop_front() else { break };
+            let Some((req, hashes)) = self.waiting.pop_front() else { break };
             let mut held = Vec::with_capacity(total);
             for h in &hashes[..cached] {
                 if self.pool.acquire(*h) {
@@ -221,14 +228,17 @@ impl Pod {
 /// Stores the request's newly filled blocks, consuming its reservation.
 fn sync_blocks(a: &mut Active, pool: &mut BlockPool, reserved: &mut usize, bs: usize) {
     let in_kv = a.computed + a.generated.saturating_sub(1);
+    let mut tokens = Vec::with_capacity(bs);
     while a.chain.len() < in_kv / bs {
         let k = a.chain.len();
         let parent = a.chain.last().copied();
-        let tokens: Vec<u32> = (k * bs..(k + 1) * bs).map(|i| a.token_at(i)).collect();
-        let hash = match a.prompt_hashes.get(k) {
-            Some(h) => *h,
-            None => kv::block_hash(parent, &tokens),
-        };
+        let known = a.prompt_hashes.get(k).copied();
+        tokens.clear();
+        // A prompt block's hash is known; its tokens are only needed for the KV event.
+        if known.is_none() || pool.records_events() {
+            tokens.extend((k * bs..(k + 1) * bs).map(|i| a.token_at(i)));
+        }
+        let hash = known.unwrap_or_else(|| kv::block_hash(parent, &tokens));
         a.chain.push(hash);
         if pool.store(hash, parent, &tokens) {
             a.held.push(hash);

@@ -1,12 +1,14 @@
 //! Per-policy metrics of a run and their rendering: prefix hit rate (cached prompt tokens ÷
 //! prompt tokens), simulated TTFT p50/p90, output throughput, load imbalance (max ÷ mean
-//! requests per pod), regret against the oracle's hit rate, and the wall time of the routing
-//! decisions (epp's real scheduler, or the harness for round-robin and oracle).
+//! requests per pod), regret against the oracle's hit rate, the wall time of the routing
+//! decisions (epp's real scheduler, or the harness for round-robin and oracle), the KV-event
+//! path's losses and gaps, and the simulator's own wall time and speed.
 
 use std::fmt::Write as _;
 
 use serde::Serialize;
 
+use super::channel::ChannelStats;
 use super::engine::RunResult;
 use crate::bench::percentile;
 
@@ -33,14 +35,21 @@ pub struct PolicyReport {
     pub decision_us: f64,
     /// Requests per pod.
     pub per_pod: Vec<usize>,
+    /// Mean number of distinct pods each prefix group (first prompt block) was sent to:
+    /// 1 keeps every group on one pod; higher duplicates prefixes across pods.
+    pub pods_per_group: f64,
     /// KV blocks evicted over the fleet.
     pub evictions: u64,
-    /// KV events the precise index rejected (0 for the other policies).
-    pub events_rejected: u64,
+    /// The KV-event path's counters (all zero for policies without an index).
+    pub kv_events: ChannelStats,
+    /// Wall time of the whole simulated run, seconds.
+    pub sim_wall_s: f64,
+    /// Requests routed per wall second of the run (simulator speed, not epp's).
+    pub decisions_per_s: f64,
 }
 
-/// Summarises a run (`pods` pods).
-pub fn summarize(run: &RunResult, pods: usize) -> PolicyReport {
+/// Summarises a run (`pods` pods) that took `wall_s` wall seconds.
+pub fn summarize(run: &RunResult, pods: usize, wall_s: f64) -> PolicyReport {
     let done: Vec<_> = run.records.iter().filter(|r| r.finished.is_some()).collect();
     let prompt: usize = run.records.iter().map(|r| r.prompt_tokens).sum();
     let cached: usize = run.records.iter().map(|r| r.cached_tokens).sum();
@@ -72,9 +81,20 @@ pub fn summarize(run: &RunResult, pods: usize) -> PolicyReport {
             run.decision_seconds.iter().sum::<f64>() / run.decision_seconds.len() as f64 * 1e6
         },
         per_pod,
+        pods_per_group: pods_per_group(&run.records),
         evictions: run.evictions,
-        events_rejected: run.events_rejected,
+        kv_events: run.channel,
+        sim_wall_s: wall_s,
+        decisions_per_s: if wall_s > 0.0 { run.decision_seconds.len() as f64 / wall_s } else { 0.0 },
     }
+}
+
+fn pods_per_group(records: &[super::engine::RequestRecord]) -> f64 {
+    let mut pairs: Vec<(u64, usize)> = records.iter().map(|r| (r.group, r.pod)).collect();
+    pairs.sort_unstable();
+    pairs.dedup();
+    let groups = pairs.windows(2).filter(|w| w[0].0 != w[1].0).count() + usize::from(!pairs.is_empty());
+    if groups == 0 { 0.0 } else { pairs.len() as f64 / groups as f64 }
 }
 
 /// Fills `regret` from the oracle's row, when there is one.
@@ -90,14 +110,24 @@ pub fn table(reports: &[PolicyReport]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{:<12} {:>6} {:>8} {:>10} {:>10} {:>10} {:>9} {:>8} {:>12}",
-        "policy", "done", "hit", "ttft p50", "ttft p90", "out tok/s", "imbalance", "regret", "decision µs"
+        "{:<12} {:>6} {:>8} {:>10} {:>10} {:>10} {:>9} {:>8} {:>8} {:>12} {:>8}",
+        "policy",
+        "done",
+        "hit",
+        "ttft p50",
+        "ttft p90",
+        "out tok/s",
+        "imbalance",
+        "pods/grp",
+        "regret",
+        "decision µs",
+        "wall s"
     );
     for r in reports {
         let regret = r.regret.map_or_else(|| "-".to_string(), |g| format!("{:.1}pt", g * 100.0));
         let _ = writeln!(
             s,
-            "{:<12} {:>6} {:>7.1}% {:>9.3}s {:>9.3}s {:>10.0} {:>9.2} {:>8} {:>12.1}",
+            "{:<12} {:>6} {:>7.1}% {:>9.3}s {:>9.3}s {:>10.0} {:>9.2} {:>8.2} {:>8} {:>12.1} {:>8.2}",
             r.policy,
             r.completed,
             r.hit_rate * 100.0,
@@ -105,8 +135,10 @@ pub fn table(reports: &[PolicyReport]) -> String {
             r.ttft_p90_s,
             r.output_tok_per_s,
             r.imbalance,
+            r.pods_per_group,
             regret,
-            r.decision_us
+            r.decision_us,
+            r.sim_wall_s
         );
     }
     s

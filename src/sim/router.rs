@@ -60,7 +60,10 @@ impl Policy {
     }
 
     /// Config text of the policies that run the real scheduler (`None`: default config).
-    fn config_text(self, block_size: usize) -> Option<String> {
+    /// `discover_pods` makes the precise producer subscribe to each endpoint's
+    /// `kvEventsEndpoint` (wire mode); otherwise its index is fed directly.
+    pub fn config_text(self, block_size: usize, discover_pods: bool) -> Option<String> {
+        let kv_events = if discover_pods { "\n    kvEventsConfig: {discoverPods: true}" } else { "" };
         let head = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\n";
         match self {
             Policy::Random => Some(format!(
@@ -70,13 +73,14 @@ impl Policy {
                 "{head}plugins:\n- type: queue-scorer\n- type: kv-cache-utilization-scorer\nschedulingProfiles:\n- name: default\n  plugins:\n  - {{pluginRef: queue-scorer, weight: 1}}\n  - {{pluginRef: kv-cache-utilization-scorer, weight: 1}}\n"
             )),
             Policy::Precise => Some(format!(
-                "{head}plugins:\n- type: precise-prefix-cache-producer\n  parameters:\n    tokenProcessorConfig: {{blockSizeTokens: {block_size}}}\n- type: prefix-cache-scorer\n  parameters: {{prefixMatchInfoProducerName: precise-prefix-cache-producer}}\n- type: queue-scorer\n- type: kv-cache-utilization-scorer\nschedulingProfiles:\n- name: default\n  plugins:\n  - {{pluginRef: prefix-cache-scorer, weight: 2}}\n  - {{pluginRef: kv-cache-utilization-scorer, weight: 1}}\n  - {{pluginRef: queue-scorer, weight: 1}}\n"
+                "{head}plugins:\n- type: precise-prefix-cache-producer\n  parameters:\n    tokenProcessorConfig: {{blockSizeTokens: {block_size}}}{kv_events}\n- type: prefix-cache-scorer\n  parameters: {{prefixMatchInfoProducerName: precise-prefix-cache-producer}}\n- type: queue-scorer\n- type: kv-cache-utilization-scorer\nschedulingProfiles:\n- name: default\n  plugins:\n  - {{pluginRef: prefix-cache-scorer, weight: 2}}\n  - {{pluginRef: kv-cache-utilization-scorer, weight: 1}}\n  - {{pluginRef: queue-scorer, weight: 1}}\n"
             )),
             Policy::Approximate | Policy::RoundRobin | Policy::Oracle => None,
         }
     }
 
-    fn uses_scheduler(self) -> bool {
+    /// Whether the policy runs epp's scheduler (the others are harness-side).
+    pub fn uses_scheduler(self) -> bool {
         matches!(self, Policy::Random | Policy::Load | Policy::Approximate | Policy::Precise)
     }
 }
@@ -102,6 +106,15 @@ pub enum RouteError {
         #[source]
         source: ScheduleError,
     },
+    /// Wire mode: the ext_proc call to epp failed.
+    #[error("routing request {request} through epp")]
+    Wire {
+        /// Request id.
+        request: usize,
+        /// Error.
+        #[source]
+        source: super::wire::WireError,
+    },
     /// The scheduler chose an endpoint the simulator does not know.
     #[error("scheduler chose unknown endpoint {0:?}")]
     UnknownEndpoint(String),
@@ -124,7 +137,7 @@ impl Router {
         let mut index = None;
         if policy.uses_scheduler() {
             let cx = BuildContext { endpoints: store.clone(), ..Default::default() };
-            let text = policy.config_text(block_size);
+            let text = policy.config_text(block_size, false);
             let l = load_config(text.as_deref(), &cx, SchedulerMetrics::detached())
                 .map_err(|source| RouteError::Config { policy: policy.name(), source })?;
             index = l.plugins.iter().filter_map(|p| p.producer.as_ref()).find_map(|p| p.kv_index());

@@ -4,6 +4,10 @@
 //! * Shared prefix (llm-d / SGLang "generated shared prefix"): `groups` system prompts of
 //!   `system_tokens`, each with `users` distinct questions of `question_tokens`; every
 //!   request picks a (group, user) pair uniformly at random.
+//! * Generated shared prefix (SGLang `bench_serving --dataset-name generated-shared-prefix`):
+//!   the same groups and questions, but each (group, question) pair is sent exactly once, in
+//!   a shuffled order (SGLang shuffles its `groups × prompts per group` list); a stream longer
+//!   than that starts another shuffled round.
 //! * Multi-turn chat: `users` conversations, user `u` in group `u % groups` (shared system
 //!   prompt); turn `t` sends the system prompt, every earlier question and answer, then a new
 //!   question; after `turns` turns the user starts a new conversation.
@@ -16,6 +20,7 @@
 use std::sync::Arc;
 
 use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 
 /// Workload family.
@@ -25,6 +30,9 @@ pub enum WorkloadKind {
     SharedPrefix,
     /// Multi-turn chat.
     MultiTurn,
+    /// SGLang bench_serving `generated-shared-prefix`: every (group, prompt) pair exactly
+    /// once per round, in a shuffled order.
+    GeneratedSharedPrefix,
 }
 
 /// Everything that defines a request stream.
@@ -91,6 +99,12 @@ fn question(seed: u64, who: usize, n: usize, len: usize) -> impl Iterator<Item =
     (0..len).map(move |i| token(2 ^ (seed << 8), ((who as u64) << 20) | n as u64, i as u64))
 }
 
+fn shared_prefix_prompt(spec: &WorkloadSpec, system: &[u32], who: usize) -> Vec<u32> {
+    let mut p = system.to_vec();
+    p.extend(question(spec.seed, who, 0, spec.question_tokens));
+    p
+}
+
 /// Generates the stream.
 pub fn generate(spec: &WorkloadSpec) -> Vec<SimRequest> {
     let mut rng = StdRng::seed_from_u64(spec.seed);
@@ -100,6 +114,7 @@ pub fn generate(spec: &WorkloadSpec) -> Vec<SimRequest> {
     // Multi-turn state per user: (turn, history).
     let mut chats: Vec<(usize, Vec<u32>)> = vec![(0, Vec::new()); users];
     let mut conversation = vec![0usize; users];
+    let mut round: Vec<(usize, usize)> = Vec::new();
     let mut t = 0.0;
     let mut out = Vec::with_capacity(spec.requests);
     for id in 0..spec.requests {
@@ -115,9 +130,15 @@ pub fn generate(spec: &WorkloadSpec) -> Vec<SimRequest> {
             WorkloadKind::SharedPrefix => {
                 let g = rng.random_range(0..groups);
                 let user = rng.random_range(0..users);
-                let mut p = systems[g].clone();
-                p.extend(question(spec.seed, g * users + user, 0, spec.question_tokens));
-                p
+                shared_prefix_prompt(spec, &systems[g], g * users + user)
+            }
+            WorkloadKind::GeneratedSharedPrefix => {
+                if round.is_empty() {
+                    round = (0..groups).flat_map(|g| (0..users).map(move |u| (g, u))).collect();
+                    round.shuffle(&mut rng);
+                }
+                let (g, user) = round.pop().unwrap_or_default();
+                shared_prefix_prompt(spec, &systems[g], g * users + user)
             }
             WorkloadKind::MultiTurn => {
                 let user = rng.random_range(0..users);
@@ -172,6 +193,17 @@ mod tests {
         assert!(a.windows(2).all(|w| w[0].arrival < w[1].arrival));
         let firsts: std::collections::HashSet<u32> = a.iter().map(|r| r.prompt[0]).collect();
         assert_eq!(firsts.len(), 2, "two groups, two system prompts");
+    }
+
+    #[test]
+    fn generated_shared_prefix_sends_each_pair_once_per_round() {
+        let mut s = spec(WorkloadKind::GeneratedSharedPrefix);
+        s.requests = 6;
+        let reqs = generate(&s);
+        let distinct: std::collections::HashSet<&[u32]> = reqs.iter().map(|r| &r.prompt[..]).collect();
+        assert_eq!(distinct.len(), 6, "2 groups x 3 prompts, each once");
+        let first_pair: Vec<u32> = reqs.iter().map(|r| r.prompt[0]).collect();
+        assert_ne!(first_pair[..3], first_pair[3..], "shuffled, not group by group");
     }
 
     #[test]

@@ -158,3 +158,19 @@ proptest::proptest! {
         let _ = extract(&text, &vllm());
     }
 }
+
+#[test]
+fn vllm_exposition_round_trips_through_extract() {
+    let m = PodMetrics {
+        waiting_queue_size: 3,
+        running_requests: 7,
+        kv_cache_usage: 0.25,
+        cache_block_size: Some(16),
+        cache_num_blocks: Some(1112),
+        ..Default::default()
+    };
+    let mapping = builtin_engine("vllm").expect("vllm mapping");
+    let got = extract(&vllm_exposition(&m), &mapping);
+    assert_eq!(got.metrics, m);
+    assert_eq!(got.malformed_lines, 0);
+}
