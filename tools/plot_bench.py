@@ -4,7 +4,8 @@
 Usage: python3 tools/plot_bench.py OUT.svg RUN.jsonl [RUN.jsonl ...]
 
 Each input file is one series (its name, without directory and extension, is the legend
-label); rows with the same `rate_target` inside a file are reduced to their median p99. The
+label); rows with the same `rate_target` inside a file (repeated runs) are reduced to their
+medians, which are also printed as a Markdown table (the one in docs/benchmarks.md). The
 plot shows p99 (solid) and p50 (dashed) latency in milliseconds on a log scale against the
 offered rate, with the 5 ms objective as a horizontal line. Standard library only.
 """
@@ -21,8 +22,8 @@ COLOURS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#1
 SLO_MS = 5.0
 
 
-def load(path):
-    """rate -> (median p50 ms, median p99 ms) for one JSON-lines file."""
+def rows_by_rate(path):
+    """rate -> rows of one JSON-lines file."""
     by_rate = {}
     for line in Path(path).read_text().splitlines():
         line = line.strip()
@@ -30,8 +31,13 @@ def load(path):
             continue
         row = json.loads(line)
         by_rate.setdefault(float(row["rate_target"]), []).append(row)
+    return dict(sorted(by_rate.items()))
+
+
+def load(path):
+    """rate -> (median p50 ms, median p99 ms) for one JSON-lines file."""
     out = {}
-    for rate, rows in sorted(by_rate.items()):
+    for rate, rows in rows_by_rate(path).items():
         out[rate] = (
             statistics.median(r["p50_us"] for r in rows) / 1000.0,
             statistics.median(r["p99_us"] for r in rows) / 1000.0,
@@ -95,12 +101,29 @@ def svg(series):
     return "\n".join(parts) + "\n"
 
 
+def table(paths):
+    """Markdown table of per-rate medians over repeated runs."""
+    cols = ["rate_achieved", "p50_us", "p99_us", "p999_us", "cpu_us_per_req", "process_cpu_us_per_req", "kv_events_per_s"]
+    lines = [
+        "| series | offered/s | runs | achieved/s | p50 us | p99 us | p99.9 us | epp CPU us/req | process CPU us/req | KV events/s | errors+dropped |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for path in paths:
+        for rate, rows in rows_by_rate(path).items():
+            med = [statistics.median(r[c] or 0 for r in rows) for c in cols]
+            bad = sum(r.get("errors", 0) + r.get("dropped", 0) for r in rows)
+            cells = [f"{v:.0f}" for v in med]
+            lines.append(f"| {Path(path).stem} | {rate:.0f} | {len(rows)} | " + " | ".join(cells) + f" | {bad} |")
+    return "\n".join(lines)
+
+
 def main(argv):
     if len(argv) < 3:
         print(__doc__.strip(), file=sys.stderr)
         return 2
     series = {Path(p).stem: load(p) for p in argv[2:]}
     Path(argv[1]).write_text(svg(series))
+    print(table(argv[2:]))
     return 0
 
 

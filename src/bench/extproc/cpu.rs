@@ -2,7 +2,9 @@
 //! in-process epp's worker threads can be told apart from the load generator's. Uses
 //! `schedstat` (nanoseconds) where the kernel has it, else `stat` (clock ticks, 10 ms).
 //! Threads that exited between two samples drop out of the per-name sums (their time stays
-//! in the process total). Elsewhere every reading is `None`.
+//! in the process total). `schedstat` also gives the time threads were runnable but waited
+//! for a CPU (run-queue wait): on a shared machine this shows how much of the latency tail
+//! is other processes' doing. Elsewhere every reading is `None`.
 
 use std::collections::HashMap;
 use std::fs;
@@ -18,6 +20,19 @@ pub struct CpuSample {
     pub process: Option<Duration>,
     /// Live threads whose name starts with each tracked prefix.
     pub by_prefix: HashMap<String, Duration>,
+    /// Run-queue wait of the same threads (only where `schedstat` exists).
+    pub waited: HashMap<String, Duration>,
+}
+
+/// Differences between two samples for one thread-name prefix.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CpuDelta {
+    /// Whole-process CPU.
+    pub process: Option<Duration>,
+    /// CPU of the prefix's threads.
+    pub threads: Option<Duration>,
+    /// Run-queue wait of the prefix's threads.
+    pub waited: Option<Duration>,
 }
 
 impl CpuSample {
@@ -25,34 +40,43 @@ impl CpuSample {
     pub fn now(prefixes: &[&str]) -> Self {
         let mut by_prefix: HashMap<String, Duration> =
             prefixes.iter().map(|p| (p.to_string(), Duration::ZERO)).collect();
+        let mut waited = HashMap::new();
         if let Ok(tasks) = fs::read_dir("/proc/self/task") {
             for task in tasks.flatten() {
                 let dir = task.path();
                 let Ok(name) = fs::read_to_string(dir.join("comm")) else { continue };
                 let Some(prefix) = prefixes.iter().find(|p| name.starts_with(**p)) else { continue };
-                if let Some(t) = thread_cpu(&dir) {
+                let (cpu, wait) = thread_times(&dir);
+                if let Some(t) = cpu {
                     *by_prefix.entry(prefix.to_string()).or_default() += t;
+                }
+                if let Some(w) = wait {
+                    *waited.entry(prefix.to_string()).or_insert(Duration::ZERO) += w;
                 }
             }
         }
         let process = fs::read_to_string("/proc/self/stat").ok().and_then(|s| stat_cpu(&s));
-        Self { process, by_prefix }
+        Self { process, by_prefix, waited }
     }
 
-    /// CPU spent between `earlier` and `self` (process, and one prefix).
-    pub fn since(&self, earlier: &CpuSample, prefix: &str) -> (Option<Duration>, Option<Duration>) {
-        let process = self.process.zip(earlier.process).map(|(a, b)| a.saturating_sub(b));
-        let threads = self.by_prefix.get(prefix).zip(earlier.by_prefix.get(prefix)).map(|(a, b)| a.saturating_sub(*b));
-        (process, threads)
+    /// What was spent between `earlier` and `self` (process, and one prefix's threads).
+    pub fn since(&self, earlier: &CpuSample, prefix: &str) -> CpuDelta {
+        let diff = |a: Option<&Duration>, b: Option<&Duration>| a.zip(b).map(|(a, b)| a.saturating_sub(*b));
+        CpuDelta {
+            process: diff(self.process.as_ref(), earlier.process.as_ref()),
+            threads: diff(self.by_prefix.get(prefix), earlier.by_prefix.get(prefix)),
+            waited: diff(self.waited.get(prefix), earlier.waited.get(prefix)),
+        }
     }
 }
 
-fn thread_cpu(dir: &std::path::Path) -> Option<Duration> {
+/// (CPU, run-queue wait) of one thread.
+fn thread_times(dir: &std::path::Path) -> (Option<Duration>, Option<Duration>) {
     if let Ok(s) = fs::read_to_string(dir.join("schedstat")) {
-        let ns: u64 = s.split_whitespace().next()?.parse().ok()?;
-        return Some(Duration::from_nanos(ns));
+        let mut fields = s.split_whitespace().map(|f| f.parse::<u64>().ok().map(Duration::from_nanos));
+        return (fields.next().flatten(), fields.next().flatten());
     }
-    stat_cpu(&fs::read_to_string(dir.join("stat")).ok()?)
+    (fs::read_to_string(dir.join("stat")).ok().and_then(|s| stat_cpu(&s)), None)
 }
 
 /// utime + stime of a `stat` line. The command name (field 2) may hold spaces and
@@ -90,7 +114,8 @@ mod tests {
                     x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
                 }
                 let after = CpuSample::now(&["cpu-probe"]);
-                after.since(&before, "cpu-probe")
+                let d = after.since(&before, "cpu-probe");
+                (d.process, d.threads)
             })
             .expect("spawn")
             .join()

@@ -107,7 +107,7 @@ fn measure(
     let (cpu0, kv0, t0) = (cpu::CpuSample::now(&prefixes), target.kv_blocks_applied(), Instant::now());
     let r = open_loop::run(client.handle(), requests, &step(args, rate, args.duration));
     let (cpu1, kv1, wall) = (cpu::CpuSample::now(&prefixes), target.kv_blocks_applied(), t0.elapsed());
-    let (process, server) = cpu1.since(&cpu0, server_threads);
+    let cpu = cpu1.since(&cpu0, server_threads);
     let per_req = |d: Option<std::time::Duration>| d.filter(|_| r.ok > 0).map(|d| d.as_secs_f64() * 1e6 / r.ok as f64);
     let h = &r.latency_us;
     let mut row = RateReport {
@@ -123,8 +123,13 @@ fn measure(
         p99_us: h.value_at_quantile(0.99),
         p999_us: h.value_at_quantile(0.999),
         max_us: h.max(),
-        cpu_us_per_req: target.server_threads.as_ref().and_then(|_| per_req(server)),
-        process_cpu_us_per_req: per_req(process),
+        cpu_us_per_req: target.server_threads.as_ref().and_then(|_| per_req(cpu.threads)),
+        process_cpu_us_per_req: per_req(cpu.process),
+        epp_runq_wait_pct: target
+            .server_threads
+            .as_ref()
+            .and(cpu.waited)
+            .map(|w| 100.0 * w.as_secs_f64() / wall.as_secs_f64().max(1e-9)),
         kv_events_per_s: (kv1 - kv0).max(0.0) / wall.as_secs_f64().max(1e-9),
         sustained: false,
     };

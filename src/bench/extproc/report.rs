@@ -36,6 +36,9 @@ pub struct RateReport {
     /// CPU of this whole process per answered request: epp + load generator + simulated pods
     /// in process; the load generator alone with `--target`.
     pub process_cpu_us_per_req: Option<f64>,
+    /// Time the in-process epp's threads were runnable but waited for a CPU, as a percentage
+    /// of the step's wall time (summed over threads): other processes' share of the tail.
+    pub epp_runq_wait_pct: Option<f64>,
     /// KV block events the epp applied per second during the step.
     pub kv_events_per_s: f64,
     /// Achieved >= 99 % of offered, p99 within the objective, no errors.
@@ -60,7 +63,7 @@ pub fn max_sustained(reports: &[RateReport]) -> Option<f64> {
 /// A human table of the rows.
 pub fn table(reports: &[RateReport]) -> String {
     let mut out = format!(
-        "{:>8} {:>9} {:>8} {:>8} {:>9} {:>9} {:>9} {:>6} {:>7} {:>9} {:>9} {:>8}\n",
+        "{:>8} {:>9} {:>8} {:>8} {:>9} {:>9} {:>9} {:>6} {:>7} {:>9} {:>9} {:>8} {:>7}\n",
         "offered",
         "achieved",
         "p50 us",
@@ -72,12 +75,13 @@ pub fn table(reports: &[RateReport]) -> String {
         "dropped",
         "epp us/r",
         "proc us/r",
-        "kv ev/s"
+        "kv ev/s",
+        "runq %"
     );
     let opt = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.0}"));
     for r in reports {
         out.push_str(&format!(
-            "{:>8.0} {:>9.0} {:>8} {:>8} {:>9} {:>9} {:>9} {:>6} {:>7} {:>9} {:>9} {:>8.0}{}\n",
+            "{:>8.0} {:>9.0} {:>8} {:>8} {:>9} {:>9} {:>9} {:>6} {:>7} {:>9} {:>9} {:>8.0} {:>7}{}\n",
             r.rate_target,
             r.rate_achieved,
             r.p50_us,
@@ -90,6 +94,7 @@ pub fn table(reports: &[RateReport]) -> String {
             opt(r.cpu_us_per_req),
             opt(r.process_cpu_us_per_req),
             r.kv_events_per_s,
+            opt(r.epp_runq_wait_pct),
             if r.sustained { "" } else { "  (not sustained)" }
         ));
     }
@@ -116,6 +121,7 @@ mod tests {
             max_us: p99,
             cpu_us_per_req: None,
             process_cpu_us_per_req: Some(100.0),
+            epp_runq_wait_pct: None,
             kv_events_per_s: 0.0,
             sustained: false,
         };

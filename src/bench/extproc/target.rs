@@ -74,10 +74,11 @@ impl Target {
     /// Stops the in-process epp and pods.
     pub fn shutdown(mut self) {
         if let Some(mut local) = self.local.take() {
-            local.cancel.cancel();
+            // The epp first, so it never scrapes pods that are already gone.
             if let Some(app) = local.app.take() {
                 local.server.block_on(app.shutdown());
             }
+            local.cancel.cancel();
             let _ = std::fs::remove_file(&local.endpoints_file);
             local.server.shutdown_timeout(Duration::from_secs(1));
             local.pods.shutdown_timeout(Duration::from_secs(1));
