@@ -103,14 +103,14 @@ def svg(series):
 
 def table(paths):
     """Markdown table of per-rate medians over repeated runs."""
-    cols = ["rate_achieved", "p50_us", "p99_us", "p999_us", "cpu_us_per_req", "process_cpu_us_per_req", "kv_events_per_s"]
+    cols = ["rate_achieved", "p50_us", "p99_us", "p999_us", "cpu_us_per_req", "process_cpu_us_per_req", "kv_events_per_s", "epp_runq_wait_pct"]
     lines = [
-        "| series | offered/s | runs | achieved/s | p50 us | p99 us | p99.9 us | epp CPU us/req | process CPU us/req | KV events/s | errors+dropped |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| series | offered/s | runs | achieved/s | p50 us | p99 us | p99.9 us | epp CPU us/req | process CPU us/req | KV events/s | epp run-queue wait % | errors+dropped |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for path in paths:
         for rate, rows in rows_by_rate(path).items():
-            med = [statistics.median(r[c] or 0 for r in rows) for c in cols]
+            med = [statistics.median(r.get(c) or 0 for r in rows) for c in cols]
             bad = sum(r.get("errors", 0) + r.get("dropped", 0) for r in rows)
             cells = [f"{v:.0f}" for v in med]
             lines.append(f"| {Path(path).stem} | {rate:.0f} | {len(rows)} | " + " | ".join(cells) + f" | {bad} |")
