@@ -3,6 +3,8 @@
 //! the report must be coherent. Low rates and short windows: this checks behaviour, the
 //! numbers themselves go to docs/benchmarks.md.
 
+mod common;
+
 use clap::Parser;
 use epp::bench::extproc::args::{BodyMode, ExtprocArgs};
 use epp::bench::extproc::report::RateReport;
@@ -70,4 +72,23 @@ fn buffered_run_with_kv_ingest_routes_every_request_and_counts_events() {
     {
         assert!(line.get(field).is_some(), "JSON line has {field}");
     }
+}
+
+#[test]
+fn external_target_is_loaded_over_h2c() {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let (_pod, epp) = rt.block_on(async {
+        let pod = common::FakeVllm::start([127, 0, 0, 60], 0, 1, 0.1).await;
+        let eps = common::endpoints_yaml(&[("only", pod.addr, &[])]);
+        let epp = common::TestEpp::start(&eps, None, |_| {}).await;
+        epp.wait_waiting(&[("only", 0)]).await;
+        (pod, epp)
+    });
+    let target = epp.app.grpc_addr.to_string();
+    let rows = run(&["--target", &target, "--rate", "100", "--duration", "1s", "--warmup", "0s", "--body-size", "1k"]);
+    let r = &rows[0];
+    assert_eq!((r.sent, r.ok, r.errors, r.dropped), (100, 100, 0, 0), "{r:?}");
+    assert!(r.cpu_us_per_req.is_none() && r.epp_runq_wait_pct.is_none(), "no epp threads in this process: {r:?}");
+    assert!(r.process_cpu_us_per_req.is_some(), "{r:?}");
+    rt.block_on(epp.app.shutdown());
 }
