@@ -160,6 +160,9 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 20_000)]
         iterations: usize,
     },
+    /// Open-loop ext_proc load generator: fixed-rate requests, each its own ext_proc stream,
+    /// against an in-process epp with simulated pods (default) or `--target`.
+    Extproc(crate::bench::extproc::args::ExtprocArgs),
     /// Replays a KV-event workload written by `workload.py` into the prefix index, checking
     /// every query answer (exit code 1 on a mismatch).
     Index {

@@ -3,17 +3,19 @@
 //! with the criterion benches.
 
 pub mod decision;
+pub mod extproc;
 pub mod synthetic;
 
 use crate::cli::BenchCommand;
 
-/// Runs a bench subcommand, printing one JSON line.
+/// Runs a bench subcommand, printing its report.
 pub fn run(what: BenchCommand) -> anyhow::Result<()> {
     match what {
         BenchCommand::Decision { body_bytes, endpoints, iterations } => {
             let report = decision::run(body_bytes, endpoints, iterations)?;
             println!("{}", serde_json::to_string(&report)?);
         }
+        BenchCommand::Extproc(args) => extproc::run(&args)?,
         BenchCommand::Index { workload } => {
             let report = crate::kvcache::run_index_bench(&workload)?;
             println!("{}", serde_json::to_string(&report)?);
