@@ -31,7 +31,8 @@ fn medium(tier: Option<Tier>) -> Value {
         Some(Tier::Gpu) => Value::from("GPU"),
         Some(Tier::Cpu) => Value::from("CPU"),
         Some(Tier::Storage) => Value::from("STORAGE"),
-        Some(Tier::Other) => Value::from("OTHER"),
+        // Speculative entries are epp's own; engines never publish them.
+        Some(Tier::Other | Tier::Speculative) => Value::from("OTHER"),
     }
 }
 
