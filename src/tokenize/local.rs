@@ -32,6 +32,7 @@ use std::sync::Arc;
 use tokenizers::Tokenizer as HfTokenizer;
 
 use super::cache::{Cut, Entry, PrefixCache};
+use super::pretok::{Engine, engine};
 use super::template::{ChatTemplates, SpecialTokens, TemplateError};
 use crate::request::chat_view::{ChatView, parse_chat_view};
 
@@ -121,7 +122,8 @@ pub enum CacheUse {
 #[derive(Debug)]
 pub struct LocalModel {
     dir: PathBuf,
-    tokenizer: HfTokenizer,
+    /// The loaded tokenizer with fast pre-tokenization where recognised ([`super::pretok`]).
+    tokenizer: Engine,
     templates: Option<ChatTemplates>,
     special: SpecialTokens,
     /// Anchor id -> its text.
@@ -171,11 +173,10 @@ impl LocalModel {
         if !tok_path.is_file() {
             return Err(LoadError::NotFound { path: tok_path });
         }
-        let mut tokenizer = HfTokenizer::from_file(&tok_path)
+        let stock = HfTokenizer::from_file(&tok_path)
             .map_err(|source| LoadError::Tokenizer { path: tok_path.clone(), source })?;
-        // vLLM never truncates or pads a prompt it renders.
-        tokenizer.with_padding(None);
-        tokenizer.with_truncation(None).map_err(|source| LoadError::Tokenizer { path: tok_path.clone(), source })?;
+        // Without truncation or padding: vLLM never truncates or pads a prompt it renders.
+        let tokenizer = engine(&stock);
         let cfg_path = dir.join("tokenizer_config.json");
         let config: TokenizerConfig = match std::fs::read(&cfg_path) {
             Ok(bytes) => {
@@ -358,6 +359,11 @@ impl LocalModel {
             let first = at.saturating_sub(t.len() - 1);
             (first..at).all(|p| p + t.len() <= at || !bytes[p..].starts_with(t))
         })
+    }
+
+    /// True when a fast pre-tokenizer replaced (part of) the configured one.
+    pub fn fast_pre_tokenizer(&self) -> bool {
+        self.tokenizer.get_pre_tokenizer().is_some_and(|p| p.is_fast())
     }
 
     /// Entries in the prefix cache.
