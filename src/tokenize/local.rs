@@ -34,7 +34,7 @@ use tokenizers::Tokenizer as HfTokenizer;
 use super::cache::{Cut, Entry, PrefixCache};
 use super::pretok::{Engine, engine};
 use super::template::{ChatTemplates, SpecialTokens, TemplateError};
-use crate::request::chat_view::{ChatView, parse_chat_view};
+use crate::request::openai::ChatPrompt;
 
 /// Special-token names transformers passes to chat templates.
 const SPECIAL_NAMES: [&str; 7] =
@@ -96,9 +96,6 @@ pub enum EncodeError {
     /// The chat template failed.
     #[error(transparent)]
     Template(#[from] TemplateError),
-    /// The chat body could not be read.
-    #[error("chat body unreadable")]
-    Body(#[source] serde_json::Error),
     /// Chat request for a model without a chat template.
     #[error("model has no chat template")]
     NoTemplate,
@@ -124,7 +121,8 @@ pub struct LocalModel {
     dir: PathBuf,
     /// The loaded tokenizer with fast pre-tokenization where recognised ([`super::pretok`]).
     tokenizer: Engine,
-    templates: Option<ChatTemplates>,
+    /// Model templates (possibly none: then only request-level templates render).
+    templates: ChatTemplates,
     special: SpecialTokens,
     /// Anchor id -> its text.
     anchors: HashMap<u32, String>,
@@ -208,9 +206,7 @@ impl LocalModel {
             ),
             Err(source) => return Err(LoadError::Io { path: jinja_path, source }),
         };
-        let templates = sources
-            .map(ChatTemplates::new)
-            .transpose()
+        let templates = ChatTemplates::new(sources.unwrap_or_default())
             .map_err(|source| LoadError::Template { path: template_path, source })?;
         let mut anchors = HashMap::new();
         let mut split_tokens = Vec::new();
@@ -242,16 +238,10 @@ impl LocalModel {
         Ok(ids)
     }
 
-    /// Chat: the body's template view rendered and encoded.
-    pub fn encode_chat_body(&self, body: &[u8]) -> Result<(Arc<[u32]>, CacheUse), EncodeError> {
-        let view = parse_chat_view(body).map_err(EncodeError::Body)?;
-        self.encode_chat(&view)
-    }
-
-    /// Chat: `view` rendered and encoded.
-    pub fn encode_chat(&self, view: &ChatView) -> Result<(Arc<[u32]>, CacheUse), EncodeError> {
-        let text = self.render(view)?;
-        if view.add_special_tokens {
+    /// Chat: `chat` rendered with its template options and encoded.
+    pub fn encode_chat(&self, chat: &ChatPrompt) -> Result<(Arc<[u32]>, CacheUse), EncodeError> {
+        let text = self.render(chat)?;
+        if chat.template.add_special_tokens {
             let enc = self.tokenizer.encode_fast(text.as_str(), true).map_err(EncodeError::Tokenizer)?;
             return Ok((enc.get_ids().into(), CacheUse::Bypass));
         }
@@ -259,15 +249,18 @@ impl LocalModel {
     }
 
     /// The rendered chat prompt.
-    pub fn render(&self, view: &ChatView) -> Result<String, EncodeError> {
-        if view.has_request_template {
-            return Err(EncodeError::Unsupported("request-level chat_template"));
+    ///
+    /// Errors: [`EncodeError::NoTemplate`] (neither the model nor the request has one),
+    /// [`EncodeError::Unsupported`] when both `continue_final_message` and
+    /// `add_generation_prompt` are set (vLLM rejects that request), template errors.
+    pub fn render(&self, chat: &ChatPrompt) -> Result<String, EncodeError> {
+        if chat.template.continue_final_message && chat.template.add_generation_prompt {
+            return Err(EncodeError::Unsupported("continue_final_message with add_generation_prompt"));
         }
-        if view.continue_final_message {
-            return Err(EncodeError::Unsupported("continue_final_message"));
+        match self.templates.render(chat, &self.special) {
+            Err(TemplateError::Missing) => Err(EncodeError::NoTemplate),
+            other => Ok(other?),
         }
-        let templates = self.templates.as_ref().ok_or(EncodeError::NoTemplate)?;
-        Ok(templates.render(view, &self.special)?)
     }
 
     /// `text` encoded without special tokens, continuing from a cached prefix when safe.
@@ -275,7 +268,6 @@ impl LocalModel {
         if let Some(hit) = self.cache.lookup(&text) {
             let cut = hit.cut();
             if let Some((ids, cuts)) = self.continue_from(&text, &hit.entry.ids, &hit.entry.cuts[..=hit.cut], cut)? {
-                let ids: Arc<[u32]> = ids.into();
                 self.cache.insert(Entry { text, ids: ids.clone(), cuts });
                 return Ok((ids, CacheUse::Hit));
             }
@@ -301,7 +293,7 @@ impl LocalModel {
         cached: &[u32],
         cached_cuts: &[Cut],
         cut: Cut,
-    ) -> Result<Option<(Vec<u32>, Vec<Cut>)>, EncodeError> {
+    ) -> Result<Option<(Arc<[u32]>, Vec<Cut>)>, EncodeError> {
         let (Some(anchor), Some(suffix)) = (self.anchors.get(&cut.anchor), text.get(cut.byte_end..)) else {
             return Ok(None);
         };
@@ -316,9 +308,8 @@ impl LocalModel {
         if new_ids.first() != Some(&cut.anchor) || enc.get_offsets().first().map(|o| o.1) != Some(anchor.len()) {
             return Ok(None);
         }
-        let mut ids = Vec::with_capacity(cut.n_ids + new_ids.len() - 1);
-        ids.extend_from_slice(&cached[..cut.n_ids]);
-        ids.extend_from_slice(&new_ids[1..]);
+        // Collected straight into the shared slice (one allocation, one copy).
+        let ids: Arc<[u32]> = cached[..cut.n_ids].iter().chain(&new_ids[1..]).copied().collect();
         let base = cut.byte_end - anchor.len();
         let mut cuts = cached_cuts.to_vec();
         // The piece's own first cut is the anchor already in `cached_cuts`.

@@ -155,7 +155,10 @@ impl Tokenizer {
                         let texts = texts.clone();
                         pool.run(move || m.encode_texts(&texts).map(|ids| (Arc::from(ids), CacheUse::Bypass))).await
                     }
-                    Prompt::Chat(_) => pool.run(move || m.encode_chat_body(&raw)).await,
+                    Prompt::Chat(chat) => {
+                        let chat = chat.clone();
+                        pool.run(move || m.encode_chat(&chat)).await
+                    }
                     _ => return Err(Miss::Unsupported),
                 };
                 match job {
