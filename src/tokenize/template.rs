@@ -91,7 +91,7 @@ pub struct ChatTemplates {
 
 /// Template instructions a request-level template may execute (minijinja fuel): bounds the
 /// CPU a hostile template can take from a pool worker.
-const REQUEST_TEMPLATE_FUEL: u64 = 20_000_000;
+const REQUEST_TEMPLATE_FUEL: u64 = 5_000_000;
 
 impl ChatTemplates {
     /// Compiles `templates` (name -> source). A single unnamed template is passed as
@@ -581,6 +581,54 @@ mod tests {
         );
         assert_eq!(detect_content_format("{%- for part in message['content'] -%}"), ContentFormat::OpenAi);
         assert_eq!(detect_content_format("{% for x in message.content.split() %}"), ContentFormat::String);
+    }
+
+    fn chat(body: &str) -> ChatPrompt {
+        match crate::request::openai::parse_body(crate::request::openai::ApiKind::ChatCompletions, body.as_bytes()) {
+            Ok(crate::request::openai::ParsedBody { prompt: crate::request::openai::Prompt::Chat(c), .. }) => {
+                (*c).clone()
+            }
+            other => panic!("not chat: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn request_templates_are_fuel_limited_and_work_without_a_model_template() {
+        let none = ChatTemplates::new(Vec::new()).expect("no template is fine");
+        let special = SpecialTokens::default();
+        let plain = chat(r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#);
+        assert!(matches!(none.render(&plain, &special), Err(TemplateError::Missing)));
+        let own = chat(r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"chat_template":"[{{ messages[0].content }}]"}"#);
+        assert_eq!(none.render(&own, &special).expect("renders"), "[hi]");
+        let hostile = chat(
+            r#"{"model":"m","messages":[{"role":"user","content":"hi"}],
+            "chat_template":"{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"}"#,
+        );
+        assert!(matches!(none.render(&hostile, &special), Err(TemplateError::Render(_))), "out of fuel");
+    }
+
+    #[test]
+    fn continue_final_message_cuts_at_the_open_message() {
+        let t = ChatTemplates::new(vec![(
+            "default".into(),
+            "{% for m in messages %}<{{ m.role }}>{{ m.content }}</{{ m.role }}>{% endfor %}".into(),
+        )])
+        .expect("compiles");
+        let body = r#"{"model":"m","add_generation_prompt":false,"continue_final_message":true,
+            "messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"Sure, "}]}"#;
+        let rendered = t.render(&chat(body), &SpecialTokens::default()).expect("renders");
+        assert_eq!(rendered, "<user>hi</user><assistant>Sure, ");
+        let no_text = r#"{"model":"m","continue_final_message":true,"add_generation_prompt":false,
+            "messages":[{"role":"assistant","content":[{"type":"image_url","image_url":{"url":"x"}}]}]}"#;
+        let openai = ChatTemplates::new(vec![(
+            "default".into(),
+            "{% for m in messages %}{% for p in m.content %}{{ p.text }}{% endfor %}{% endfor %}".into(),
+        )])
+        .expect("compiles");
+        assert!(matches!(
+            openai.render(&chat(no_text), &SpecialTokens::default()),
+            Err(TemplateError::ContinueFinalMessage)
+        ));
     }
 
     #[test]

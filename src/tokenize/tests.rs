@@ -202,11 +202,17 @@ async fn local_backend_tokenizes_passes_ids_through_and_counts_misses() {
     assert!(t.tokenize("other", &body, raw).await.is_none());
     let (body, raw) = parsed(ApiKind::Responses, r#"{"model":"m","input":"x"}"#);
     assert!(t.tokenize("m", &body, raw).await.is_none());
+    // vLLM rejects continue_final_message together with add_generation_prompt (default true).
+    let (body, raw) = parsed(
+        ApiKind::ChatCompletions,
+        r#"{"model":"m","continue_final_message":true,"messages":[{"role":"user","content":"Hi"}]}"#,
+    );
+    assert!(t.tokenize("m", &body, raw).await.is_none());
     let m = t.metrics();
     assert_eq!(m.count(BackendLabel::Local, Outcome::Ok), 1);
     assert_eq!(m.count(BackendLabel::Local, Outcome::Passthrough), 1);
     assert_eq!(m.count(BackendLabel::Local, Outcome::UnknownModel), 1);
-    assert_eq!(m.count(BackendLabel::Local, Outcome::Unsupported), 1);
+    assert_eq!(m.count(BackendLabel::Local, Outcome::Unsupported), 2);
 }
 
 #[tokio::test(start_paused = true)]
