@@ -32,7 +32,8 @@ use std::sync::Arc;
 use tokenizers::Tokenizer as HfTokenizer;
 
 use super::cache::{Cut, Entry, PrefixCache};
-use super::pretok::{Engine, engine};
+use super::encoder::Encoder;
+use super::pretok::direct::AddedAt;
 use super::template::{ChatTemplates, SpecialTokens, TemplateError};
 use crate::request::openai::ChatPrompt;
 
@@ -119,8 +120,9 @@ pub enum CacheUse {
 #[derive(Debug)]
 pub struct LocalModel {
     dir: PathBuf,
-    /// The loaded tokenizer with fast pre-tokenization where recognised ([`super::pretok`]).
-    tokenizer: Engine,
+    /// The loaded tokenizer ([`Encoder`]: direct encoding or fast pre-tokenization where
+    /// recognised).
+    tokenizer: Encoder,
     /// Model templates (possibly none: then only request-level templates render).
     templates: ChatTemplates,
     special: SpecialTokens,
@@ -174,7 +176,7 @@ impl LocalModel {
         let stock = HfTokenizer::from_file(&tok_path)
             .map_err(|source| LoadError::Tokenizer { path: tok_path.clone(), source })?;
         // Without truncation or padding: vLLM never truncates or pads a prompt it renders.
-        let tokenizer = engine(&stock);
+        let tokenizer = Encoder::new(&stock);
         let cfg_path = dir.join("tokenizer_config.json");
         let config: TokenizerConfig = match std::fs::read(&cfg_path) {
             Ok(bytes) => {
@@ -210,7 +212,7 @@ impl LocalModel {
             .map_err(|source| LoadError::Template { path: template_path, source })?;
         let mut anchors = HashMap::new();
         let mut split_tokens = Vec::new();
-        for (id, token) in tokenizer.get_added_tokens_decoder() {
+        for (id, token) in tokenizer.engine().get_added_tokens_decoder() {
             if token.normalized || token.content.is_empty() {
                 continue;
             }
@@ -232,8 +234,7 @@ impl LocalModel {
     pub fn encode_texts(&self, texts: &[String]) -> Result<Vec<u32>, EncodeError> {
         let mut ids = Vec::new();
         for text in texts {
-            let enc = self.tokenizer.encode_fast(text.as_str(), true).map_err(EncodeError::Tokenizer)?;
-            ids.extend_from_slice(enc.get_ids());
+            ids.extend(self.tokenizer.ids(text, true).map_err(EncodeError::Tokenizer)?);
         }
         Ok(ids)
     }
@@ -242,8 +243,8 @@ impl LocalModel {
     pub fn encode_chat(&self, chat: &ChatPrompt) -> Result<(Arc<[u32]>, CacheUse), EncodeError> {
         let text = self.render(chat)?;
         if chat.template.add_special_tokens {
-            let enc = self.tokenizer.encode_fast(text.as_str(), true).map_err(EncodeError::Tokenizer)?;
-            return Ok((enc.get_ids().into(), CacheUse::Bypass));
+            let ids = self.tokenizer.ids(&text, true).map_err(EncodeError::Tokenizer)?;
+            return Ok((ids.into(), CacheUse::Bypass));
         }
         self.encode_cached(text)
     }
@@ -278,9 +279,9 @@ impl LocalModel {
 
     /// Full encode without special tokens; records the result in the cache.
     pub fn encode_uncached(&self, text: &str) -> Result<Arc<[u32]>, EncodeError> {
-        let enc = self.tokenizer.encode(text, false).map_err(EncodeError::Tokenizer)?;
-        let cuts = self.cuts_of(text, enc.get_ids(), enc.get_offsets(), 0, 0);
-        let ids: Arc<[u32]> = enc.get_ids().into();
+        let (ids, added) = self.tokenizer.ids_with_added(text).map_err(EncodeError::Tokenizer)?;
+        let cuts = self.cuts_of(text, &ids, &added, 0, 0);
+        let ids: Arc<[u32]> = ids.into();
         self.cache.insert(Entry { text: text.to_string(), ids: ids.clone(), cuts });
         Ok(ids)
     }
@@ -303,9 +304,8 @@ impl LocalModel {
         let mut piece = String::with_capacity(anchor.len() + suffix.len());
         piece.push_str(anchor);
         piece.push_str(suffix);
-        let enc = self.tokenizer.encode(piece.as_str(), false).map_err(EncodeError::Tokenizer)?;
-        let new_ids = enc.get_ids();
-        if new_ids.first() != Some(&cut.anchor) || enc.get_offsets().first().map(|o| o.1) != Some(anchor.len()) {
+        let (new_ids, added) = self.tokenizer.ids_with_added(&piece).map_err(EncodeError::Tokenizer)?;
+        if new_ids.first() != Some(&cut.anchor) || added.first().map(|a| (a.index, a.end)) != Some((0, anchor.len())) {
             return Ok(None);
         }
         // Collected straight into the shared slice (one allocation, one copy).
@@ -313,24 +313,17 @@ impl LocalModel {
         let base = cut.byte_end - anchor.len();
         let mut cuts = cached_cuts.to_vec();
         // The piece's own first cut is the anchor already in `cached_cuts`.
-        cuts.extend(self.cuts_of(&piece, new_ids, enc.get_offsets(), base, cut.n_ids - 1).into_iter().skip(1));
+        cuts.extend(self.cuts_of(&piece, &new_ids, &added, base, cut.n_ids - 1).into_iter().skip(1));
         Ok(Some((ids, cuts)))
     }
 
-    /// Cuts after anchor tokens of an encoding of `text`; offsets shifted by `byte_shift`,
-    /// id counts by `id_shift`.
-    fn cuts_of(
-        &self,
-        text: &str,
-        ids: &[u32],
-        offsets: &[(usize, usize)],
-        byte_shift: usize,
-        id_shift: usize,
-    ) -> Vec<Cut> {
-        ids.iter()
-            .zip(offsets)
-            .enumerate()
-            .filter_map(|(i, (&id, &(start, end)))| {
+    /// Cuts after anchor tokens among the `added` tokens of an encoding of `text`; offsets
+    /// shifted by `byte_shift`, id counts by `id_shift`.
+    fn cuts_of(&self, text: &str, ids: &[u32], added: &[AddedAt], byte_shift: usize, id_shift: usize) -> Vec<Cut> {
+        added
+            .iter()
+            .filter_map(|&AddedAt { index: i, start, end }| {
+                let id = *ids.get(i)?;
                 let anchor = self.anchors.get(&id)?;
                 // The id must come from the added-token split, not from the model (e.g. unk).
                 (text.get(start..end) == Some(anchor.as_str())).then_some(Cut {
@@ -352,9 +345,9 @@ impl LocalModel {
         })
     }
 
-    /// True when a fast pre-tokenizer replaced (part of) the configured one.
-    pub fn fast_pre_tokenizer(&self) -> bool {
-        self.tokenizer.get_pre_tokenizer().is_some_and(|p| p.is_fast())
+    /// True when the direct encoder serves this model ([`super::pretok::direct`]).
+    pub fn direct_encoding(&self) -> bool {
+        self.tokenizer.is_direct()
     }
 
     /// Entries in the prefix cache.

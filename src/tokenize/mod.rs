@@ -17,10 +17,11 @@
 //!
 //! Modules: [`local`] (in-process tokenizer and model registry), [`template`] (chat
 //! templates), [`cache`] (prefix cache for follow-up turns), [`render_client`] (vLLM),
-//! [`pool`] (bounded blocking pool), [`pretok`] (fast pre-tokenization), [`metrics`], [`clock`] (`strftime_now`).
+//! [`pool`] (bounded blocking pool), [`encoder`] and [`pretok`] (fast encoding), [`metrics`], [`clock`] (`strftime_now`).
 
 pub mod cache;
 pub mod clock;
+pub mod encoder;
 pub mod local;
 pub mod metrics;
 pub mod pool;

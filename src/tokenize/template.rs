@@ -273,11 +273,7 @@ fn json_value(text: &str) -> Result<Value, TemplateError> {
 /// One message normalised as vLLM's chat_utils does before rendering. With `open` (the final
 /// message under `continue_final_message`), [`CONTINUE_TAG`] is appended to its text (the
 /// last text part in the openai format) and that text, without the tag, is returned too.
-fn message_value(
-    m: &ChatMessage,
-    format: ContentFormat,
-    open: bool,
-) -> Result<(Value, Option<String>), TemplateError> {
+fn message_value(m: &ChatMessage, format: ContentFormat, open: bool) -> Result<(Value, Option<String>), TemplateError> {
     let mut map: Vec<(Value, Value)> = vec![(Value::from("role"), Value::from(m.role.as_str()))];
     let mut final_text = None;
     let mut open_text = |t: &str| -> String {
@@ -598,7 +594,9 @@ mod tests {
         let special = SpecialTokens::default();
         let plain = chat(r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#);
         assert!(matches!(none.render(&plain, &special), Err(TemplateError::Missing)));
-        let own = chat(r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"chat_template":"[{{ messages[0].content }}]"}"#);
+        let own = chat(
+            r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"chat_template":"[{{ messages[0].content }}]"}"#,
+        );
         assert_eq!(none.render(&own, &special).expect("renders"), "[hi]");
         let hostile = chat(
             r#"{"model":"m","messages":[{"role":"user","content":"hi"}],

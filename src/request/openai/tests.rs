@@ -64,7 +64,9 @@ fn chat_fixture_with_parts_tools_and_null_content() {
     assert_eq!(chat.messages[3].content, MessageContent::Text("a cat \"Tom\" é".into()));
     let tools = chat.tools.as_ref().expect("tools");
     assert!(tools.get().starts_with("[\n    {\"type\": \"function\""));
-    assert!(chat.template.kwargs.is_some() && chat.template.add_generation_prompt && chat.template.chat_template.is_none());
+    assert!(
+        chat.template.kwargs.is_some() && chat.template.add_generation_prompt && chat.template.chat_template.is_none()
+    );
 }
 
 #[test]

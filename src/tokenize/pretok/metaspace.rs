@@ -14,9 +14,9 @@
 
 use std::collections::HashSet;
 
+use tokenizers::Offsets;
 use tokenizers::models::ModelWrapper;
 use tokenizers::tokenizer::pattern::Pattern;
-use tokenizers::Offsets;
 
 /// A [`Pattern`] cutting before safe `▁` positions; used with `Isolated`.
 #[derive(Clone, Debug)]
@@ -57,6 +57,19 @@ impl WordCuts {
     }
 }
 
+impl WordCuts {
+    /// Byte offsets in `s` (the text after Metaspace's replacement) where a word starts,
+    /// except 0.
+    pub fn cut_points<'a>(&'a self, s: &'a str) -> impl Iterator<Item = usize> + 'a {
+        let mut prev: Option<char> = None;
+        s.char_indices().filter_map(move |(i, c)| {
+            let cut = c == self.replacement && prev.is_some_and(|p| p != self.replacement && !self.glued.contains(&p));
+            prev = Some(c);
+            cut.then_some(i)
+        })
+    }
+}
+
 impl Pattern for &WordCuts {
     fn find_matches(&self, inside: &str) -> tokenizers::Result<Vec<(Offsets, bool)>> {
         if inside.is_empty() {
@@ -64,17 +77,10 @@ impl Pattern for &WordCuts {
         }
         let mut out = Vec::with_capacity(inside.len() / 6 + 1);
         let mut start = 0;
-        let mut prev: Option<char> = None;
-        for (i, c) in inside.char_indices() {
-            if c == self.replacement {
-                if prev.is_some_and(|p| p != self.replacement && !self.glued.contains(&p)) {
-                    out.push(((start, i), true));
-                    start = i;
-                }
-            }
-            prev = Some(c);
+        for cut in self.cut_points(inside).chain(std::iter::once(inside.len())) {
+            out.push(((start, cut), true));
+            start = cut;
         }
-        out.push(((start, inside.len()), true));
         Ok(out)
     }
 }

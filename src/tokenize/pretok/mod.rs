@@ -17,6 +17,7 @@
 //! normaliser, added tokens, post-processor) is the loaded one.
 
 pub mod classes;
+pub mod direct;
 pub mod metaspace;
 pub mod split;
 

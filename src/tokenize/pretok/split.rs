@@ -249,7 +249,10 @@ mod tests {
     fn llama3_examples() {
         assert_eq!(
             splits(Rule::Llama3, "I'm  fine,\r\n\n  thanks 12345 (ok)'LL ſ'ſ  "),
-            ["I", "'m", " ", " fine", ",\r\n\n", " ", " thanks", " ", "123", "45", " (", "ok", ")'", "LL", " ſ", "'ſ", "  "]
+            [
+                "I", "'m", " ", " fine", ",\r\n\n", " ", " thanks", " ", "123", "45", " (", "ok", ")'", "LL", " ſ",
+                "'ſ", "  "
+            ]
         );
     }
 

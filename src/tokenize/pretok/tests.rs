@@ -11,6 +11,7 @@ use tokenizers::{OffsetReferential, OffsetType, PreTokenizedString, PreTokenizer
 
 use super::split::{GPT2_PATTERN, LLAMA3_PATTERN};
 use super::{FastPreTokenizer, engine};
+use crate::tokenize::encoder::Encoder;
 
 /// Letters of several scripts (and case-folding corner cases), digits and other numbers,
 /// apostrophes and contraction letters, every kind of whitespace, punctuation, emoji,
@@ -35,7 +36,10 @@ fn wrapper(json: serde_json::Value) -> PreTokenizerWrapper {
 fn pieces(pre: &dyn PreTokenizer, text: &str) -> Vec<(String, (usize, usize))> {
     let mut p = PreTokenizedString::from(text);
     pre.pre_tokenize(&mut p).expect("pre-tokenizes");
-    p.get_splits(OffsetReferential::Original, OffsetType::Byte).into_iter().map(|(s, o, _)| (s.to_string(), o)).collect()
+    p.get_splits(OffsetReferential::Original, OffsetType::Byte)
+        .into_iter()
+        .map(|(s, o, _)| (s.to_string(), o))
+        .collect()
 }
 
 fn pair(json: serde_json::Value) -> (PreTokenizerWrapper, FastPreTokenizer) {
@@ -46,20 +50,49 @@ fn pair(json: serde_json::Value) -> (PreTokenizerWrapper, FastPreTokenizer) {
     (stock, fast)
 }
 
-/// The stock fixture tokenizer and its fast engine, loaded once.
-fn fixture_pair(family: &str) -> &'static (tokenizers::Tokenizer, super::Engine) {
-    static LLAMA3: OnceLock<(tokenizers::Tokenizer, super::Engine)> = OnceLock::new();
-    static MISTRAL: OnceLock<(tokenizers::Tokenizer, super::Engine)> = OnceLock::new();
+type Loaded = (tokenizers::Tokenizer, super::Engine, Encoder);
+
+/// The stock fixture tokenizer, its fast engine and its direct encoder, loaded once.
+fn fixture_set(family: &str) -> &'static Loaded {
+    static LLAMA3: OnceLock<Loaded> = OnceLock::new();
+    static MISTRAL: OnceLock<Loaded> = OnceLock::new();
     let cell = if family == "llama3" { &LLAMA3 } else { &MISTRAL };
     cell.get_or_init(|| {
         let stock = fixture(family);
         let fast = engine(&stock);
-        (stock, fast)
+        let direct = Encoder::new(&stock);
+        assert!(direct.is_direct(), "{family} uses the direct encoder");
+        (stock, fast, direct)
     })
 }
 
+/// The direct encoder's ids and added-token positions equal the stock encoding's.
+fn check_direct(family: &str, s: &str) -> Result<(), TestCaseError> {
+    let (stock, _, direct) = fixture_set(family);
+    for special in [false, true] {
+        let want = stock.encode(s, special).expect("stock encodes");
+        prop_assert_eq!(direct.ids(s, special).expect("direct encodes"), want.get_ids(), "{} {:?}", family, s);
+    }
+    let want = stock.encode(s, false).expect("stock encodes");
+    let (ids, added) = direct.ids_with_added(s).expect("direct encodes");
+    prop_assert_eq!(&ids[..], want.get_ids());
+    let added_ids = stock.get_added_tokens_decoder();
+    let want_added: Vec<(usize, (usize, usize))> = want
+        .get_ids()
+        .iter()
+        .zip(want.get_offsets())
+        .enumerate()
+        .filter(|(_, (id, o))| added_ids.get(id).is_some_and(|t| s.get(o.0..o.1) == Some(t.content.as_str())))
+        .map(|(i, (_, &o))| (i, o))
+        .collect();
+    let got_added: Vec<(usize, (usize, usize))> = added.iter().map(|a| (a.index, (a.start, a.end))).collect();
+    prop_assert_eq!(got_added, want_added);
+    Ok(())
+}
+
 fn fixture(family: &str) -> tokenizers::Tokenizer {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tokenizers").join(family).join("tokenizer.json");
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tokenizers").join(family).join("tokenizer.json");
     tokenizers::Tokenizer::from_file(path).expect("fixture tokenizer")
 }
 
@@ -95,7 +128,8 @@ proptest! {
     {
         let s: String = parts.concat();
         for family in ["llama3", "mistral"] {
-            let (stock, fast) = fixture_pair(family);
+            let (stock, fast, _) = fixture_set(family);
+            check_direct(family, &s)?;
             for special in [false, true] {
                 let want = stock.encode(s.as_str(), special).expect("stock encodes");
                 let got = fast.encode(s.as_str(), special).expect("fast encodes");
@@ -137,9 +171,11 @@ fn long_prompt_ids_equal_stock() {
     let line = "Grüße — it's 12345 items; don't\r\n\tcode(x) 🙂  日本語 ▁x  \n";
     let text = line.repeat(300);
     for family in ["llama3", "mistral"] {
-        let (stock, fast) = fixture_pair(family);
+        let (stock, fast, direct) = fixture_set(family);
         let want = stock.encode(text.as_str(), true).expect("stock encodes");
         let got = fast.encode_fast(text.as_str(), true).expect("fast encodes");
         assert_eq!(got.get_ids(), want.get_ids(), "{family}");
+        assert_eq!(direct.ids(&text, true).expect("direct encodes"), want.get_ids(), "{family} direct");
+        check_direct(family, &text).expect("direct equals stock");
     }
 }
