@@ -67,6 +67,15 @@ fn bench(c: &mut Criterion) {
         c.bench_function(&format!("tokenize/{family}/completion_100kb"), |b| {
             b.iter(|| black_box(m.encode_texts(black_box(&texts)).expect("encodes")))
         });
+        c.bench_function(&format!("tokenize/{family}/completion_100kb_cold"), |b| {
+            // A freshly loaded model: empty word caches (HF's BPE cache and the direct
+            // encoder's), as for the first prompt after startup.
+            b.iter_batched_ref(
+                || model(family),
+                |fresh| black_box(fresh.encode_texts(black_box(&texts)).expect("encodes")),
+                criterion::BatchSize::LargeInput,
+            )
+        });
         let (previous, follow_up) = conversation_bodies();
         let prev_view = chat(&previous);
         let view = chat(&follow_up);
