@@ -72,15 +72,6 @@ impl WordCuts {
 
 impl Pattern for &WordCuts {
     fn find_matches(&self, inside: &str) -> tokenizers::Result<Vec<(Offsets, bool)>> {
-        if inside.is_empty() {
-            return Ok(vec![((0, 0), false)]);
-        }
-        let mut out = Vec::with_capacity(inside.len() / 6 + 1);
-        let mut start = 0;
-        for cut in self.cut_points(inside).chain(std::iter::once(inside.len())) {
-            out.push(((start, cut), true));
-            start = cut;
-        }
-        Ok(out)
+        Ok(super::tiles(inside, self.cut_points(inside).chain(std::iter::once(inside.len()))))
     }
 }

@@ -146,6 +146,22 @@ impl PreTokenizer for FastPreTokenizer {
     }
 }
 
+/// A [`tokenizers::tokenizer::pattern::Pattern`] result tiling `inside` with pieces that end
+/// at `ends` (increasing, the last one `inside.len()`), all marked as matches (kept as they
+/// are by `Isolated`); an empty input is one empty non-match, as the stock patterns give.
+fn tiles(inside: &str, ends: impl Iterator<Item = usize>) -> Vec<(tokenizers::Offsets, bool)> {
+    if inside.is_empty() {
+        return vec![((0, 0), false)];
+    }
+    let mut start = 0;
+    ends.map(|end| {
+        let piece = ((start, end), true);
+        start = end;
+        piece
+    })
+    .collect()
+}
+
 /// `stock` rebuilt around [`FastPreTokenizer`]: same model, normaliser, added vocabulary,
 /// post-processor and decoder; no truncation or padding (vLLM never truncates a prompt it
 /// renders).

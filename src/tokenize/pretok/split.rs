@@ -81,17 +81,16 @@ impl FastSplit {
 
 impl Pattern for &FastSplit {
     fn find_matches(&self, inside: &str) -> tokenizers::Result<Vec<(Offsets, bool)>> {
-        if inside.is_empty() {
-            return Ok(vec![((0, 0), false)]);
-        }
-        let mut out = Vec::with_capacity(inside.len() / 4 + 1);
         let mut i = 0;
-        while i < inside.len() {
-            let end = self.match_end(inside, i);
-            out.push(((i, end), true));
-            i = end;
-        }
-        Ok(out)
+        Ok(super::tiles(
+            inside,
+            std::iter::from_fn(|| {
+                (i < inside.len()).then(|| {
+                    i = self.match_end(inside, i);
+                    i
+                })
+            }),
+        ))
     }
 }
 
