@@ -56,7 +56,12 @@ type Loaded = (tokenizers::Tokenizer, super::Engine, Encoder);
 fn fixture_set(family: &str) -> &'static Loaded {
     static LLAMA3: OnceLock<Loaded> = OnceLock::new();
     static MISTRAL: OnceLock<Loaded> = OnceLock::new();
-    let cell = if family == "llama3" { &LLAMA3 } else { &MISTRAL };
+    static GPT2: OnceLock<Loaded> = OnceLock::new();
+    let cell = match family {
+        "llama3" => &LLAMA3,
+        "mistral" => &MISTRAL,
+        _ => &GPT2,
+    };
     cell.get_or_init(|| {
         let stock = fixture(family);
         let fast = engine(&stock);
@@ -90,7 +95,16 @@ fn check_direct(family: &str, s: &str) -> Result<(), TestCaseError> {
     Ok(())
 }
 
+/// A fixture tokenizer; `gpt2` is the llama3 one with GPT-2's pre-tokenizer
+/// (`ByteLevel(add_prefix_space, use_regex)`, the regex built in).
 fn fixture(family: &str) -> tokenizers::Tokenizer {
+    if family == "gpt2" {
+        let mut json: serde_json::Value =
+            serde_json::from_str(&fixture("llama3").to_string(false).expect("serialises")).expect("json");
+        json["pre_tokenizer"] =
+            json!({"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true});
+        return json.to_string().parse().expect("gpt2-style tokenizer");
+    }
     let path =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tokenizers").join(family).join("tokenizer.json");
     tokenizers::Tokenizer::from_file(path).expect("fixture tokenizer")
@@ -127,7 +141,7 @@ proptest! {
         ])], 0..8))
     {
         let s: String = parts.concat();
-        for family in ["llama3", "mistral"] {
+        for family in ["llama3", "mistral", "gpt2"] {
             let (stock, fast, _) = fixture_set(family);
             check_direct(family, &s)?;
             for special in [false, true] {
@@ -142,7 +156,7 @@ proptest! {
 
 #[test]
 fn fixtures_use_the_fast_path() {
-    for family in ["llama3", "mistral"] {
+    for family in ["llama3", "mistral", "gpt2"] {
         let fast = engine(&fixture(family));
         assert!(fast.get_pre_tokenizer().is_some_and(FastPreTokenizer::is_fast), "{family}");
     }
@@ -170,7 +184,7 @@ fn unknown_configurations_stay_stock() {
 fn long_prompt_ids_equal_stock() {
     let line = "Grüße — it's 12345 items; don't\r\n\tcode(x) 🙂  日本語 ▁x  \n";
     let text = line.repeat(300);
-    for family in ["llama3", "mistral"] {
+    for family in ["llama3", "mistral", "gpt2"] {
         let (stock, fast, direct) = fixture_set(family);
         let want = stock.encode(text.as_str(), true).expect("stock encodes");
         let got = fast.encode_fast(text.as_str(), true).expect("fast encodes");
