@@ -5,9 +5,10 @@
 use std::hint::black_box;
 use std::num::NonZeroUsize;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use epp::request::chat_view::parse_chat_view;
+use epp::request::openai::{ApiKind, ChatPrompt, Prompt, parse_body};
 use epp::tokenize::local::{CacheBounds, LocalModel};
 
 fn model(family: &str) -> LocalModel {
@@ -50,6 +51,14 @@ fn conversation_bodies() -> (Vec<u8>, Vec<u8>) {
     (previous, follow_up)
 }
 
+/// The chat prompt of a body, as the request parser produces it (the stream parses once).
+fn chat(body: &[u8]) -> Arc<ChatPrompt> {
+    match parse_body(ApiKind::ChatCompletions, body).expect("valid chat body").prompt {
+        Prompt::Chat(chat) => chat,
+        _ => unreachable!("chat body"),
+    }
+}
+
 fn bench(c: &mut Criterion) {
     let text = prompt_100k();
     let texts = vec![text.clone()];
@@ -58,9 +67,18 @@ fn bench(c: &mut Criterion) {
         c.bench_function(&format!("tokenize/{family}/completion_100kb"), |b| {
             b.iter(|| black_box(m.encode_texts(black_box(&texts)).expect("encodes")))
         });
+        c.bench_function(&format!("tokenize/{family}/completion_100kb_cold"), |b| {
+            // A freshly loaded model: empty word caches (HF's BPE cache and the direct
+            // encoder's), as for the first prompt after startup.
+            b.iter_batched_ref(
+                || model(family),
+                |fresh| black_box(fresh.encode_texts(black_box(&texts)).expect("encodes")),
+                criterion::BatchSize::LargeInput,
+            )
+        });
         let (previous, follow_up) = conversation_bodies();
-        let prev_view = parse_chat_view(&previous).expect("view");
-        let view = parse_chat_view(&follow_up).expect("view");
+        let prev_view = chat(&previous);
+        let view = chat(&follow_up);
         c.bench_function(&format!("tokenize/{family}/chat_100kb_uncached"), |b| {
             b.iter(|| {
                 let text = m.render(black_box(&view)).expect("renders");
@@ -76,7 +94,7 @@ fn bench(c: &mut Criterion) {
                     fresh.encode_chat(&prev_view).expect("encodes");
                     fresh
                 },
-                |fresh| black_box(fresh.encode_chat_body(black_box(&follow_up)).expect("encodes")),
+                |fresh| black_box(fresh.encode_chat(black_box(&view)).expect("encodes")),
                 criterion::BatchSize::LargeInput,
             )
         });

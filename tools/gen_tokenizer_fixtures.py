@@ -293,19 +293,60 @@ def normalise_messages(messages, content_format):
     return out
 
 
+# transformers' marker for continue_final_message (render_jinja_template).
+CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "
+
+
+def detect_content_format(template):
+    """vLLM's detection, for the simple templates used here: a loop over a message's content."""
+    loop = re.search(r"\{%-?\s*for\s+\w+\s+in\s+\w+(\.content|\[['\"]content['\"]\])", template)
+    return "openai" if loop else "string"
+
+
+def open_final_message(messages):
+    """Appends transformers' tag to the final message's text; returns that text without it."""
+    content = messages[-1]["content"]
+    if isinstance(content, list):
+        for block in reversed(content):
+            if "text" in block:
+                final = block["text"]
+                block["text"] = final + CONTINUE_TAG
+                return final
+        raise jinja2.exceptions.TemplateError("no text to continue in the final message")
+    messages[-1]["content"] = content + CONTINUE_TAG
+    return content
+
+
+def cut_at_final_message(rendered, final):
+    """transformers: cut at the tag, right-stripped when the template trimmed its space."""
+    tag = CONTINUE_TAG.strip()
+    if final.strip() not in rendered or tag not in rendered:
+        raise jinja2.exceptions.TemplateError("the final message does not appear in the chat")
+    at = rendered.rindex(tag)
+    if rendered[at:at + len(CONTINUE_TAG)] == CONTINUE_TAG:
+        return rendered[:at]
+    return rendered[:at].rstrip()
+
+
 def render_chat(config, content_format, body):
     tools = body.get("tools")
+    template = body.get("chat_template") or select_template(config, tools)
+    if "chat_template" in body:
+        content_format = detect_content_format(template)
+    messages = normalise_messages(body["messages"], content_format)
+    final = open_final_message(messages) if body.get("continue_final_message") else None
     context = {
-        "messages": normalise_messages(body["messages"], content_format),
+        "messages": messages,
         "tools": tools,
+        "documents": None,
         "add_generation_prompt": body.get("add_generation_prompt", True),
-        "continue_final_message": False,
     }
     for key in ("bos_token", "eos_token", "unk_token", "pad_token"):
         if key in config:
             context[key] = token_str(config[key])
     context.update(body.get("chat_template_kwargs") or {})
-    return jinja_env().from_string(select_template(config, tools)).render(**context)
+    rendered = jinja_env().from_string(template).render(**context)
+    return rendered if final is None else cut_at_final_message(rendered, final)
 
 
 def expected_ids(tok, config, content_format, api, body):
@@ -348,6 +389,14 @@ CONVERSATION = [
 ]
 
 
+# A request-level chat template (string content format; trims message content).
+REQUEST_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>\n\n"
+    "{{ m.content | trim }}<|eot_id|>{% endfor %}"
+    "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}"
+)
+
+
 def cases():
     out = [
         ("completion_single", "completions", {"prompt": "The quick brown fox jumps over the lazy dog."}),
@@ -376,6 +425,22 @@ def cases():
             {"role": "user", "content": "And in Berlin?"}]}),
         ("chat_starts_with_assistant", "chat", {"messages": [
             {"role": "assistant", "content": "I speak first."}, {"role": "user", "content": "Fine."}]}),
+    ]
+    prefill = CONVERSATION[:3] + [{"role": "assistant", "content": "Sure. The answer is "}]
+    out += [
+        # The final assistant message stays open (vLLM / transformers continue_final_message).
+        ("chat_continue_final_message", "chat",
+         {"messages": prefill, "add_generation_prompt": False, "continue_final_message": True}),
+        ("chat_continue_final_parts", "chat", {"messages": CONVERSATION[:1] + [
+            {"role": "user", "content": "Write a haiku."},
+            {"role": "assistant", "content": [{"type": "text", "text": "Autumn wind  "},
+                                              {"type": "text", "text": "over the "}]}],
+            "add_generation_prompt": False, "continue_final_message": True}),
+        # A request-level template replaces the model's.
+        ("chat_request_template", "chat", {"messages": CONVERSATION[:4], "chat_template": REQUEST_TEMPLATE}),
+        ("chat_request_template_continue", "chat",
+         {"messages": prefill, "chat_template": REQUEST_TEMPLATE, "add_generation_prompt": False,
+          "continue_final_message": True}),
     ]
     for n in range(2, len(CONVERSATION) + 1, 2):
         out.append((f"chat_multi_turn_{n}", "chat", {"messages": CONVERSATION[:n]}))

@@ -3,7 +3,6 @@
 //! request the scheduler sees (`InferenceRequest`). Only this module tree reads or writes
 //! body JSON; the scheduler sees `ParsedBody` and token ids, never raw bytes.
 
-pub mod chat_view;
 pub mod estimate;
 pub mod headers;
 pub mod openai;

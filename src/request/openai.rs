@@ -15,6 +15,8 @@
 mod content;
 mod de;
 
+use std::sync::Arc;
+
 use serde::de::DeserializeSeed;
 use serde_json::value::RawValue;
 
@@ -103,8 +105,9 @@ pub enum Prompt {
     Texts(Vec<String>),
     /// Completions `prompt` given as token ids: a flat list (one sequence) or a list of lists.
     TokenIds(Vec<Vec<u32>>),
-    /// Chat completions `messages` (at least one) and optional `tools`.
-    Chat(ChatPrompt),
+    /// Chat completions `messages` (at least one), optional `tools` and the chat-template
+    /// switches; shared, so the tokenize step can hand it to a worker without copying.
+    Chat(Arc<ChatPrompt>),
     /// Responses API `instructions`, `input` and `tools`.
     Responses(ResponsesPrompt),
     /// Conversations API `items` (at least one).
@@ -120,16 +123,61 @@ pub struct ChatPrompt {
     pub messages: Vec<ChatMessage>,
     /// The `tools` array exactly as sent (raw JSON text), if present and not `null`.
     pub tools: Option<RawJson>,
+    /// vLLM's chat-template request fields.
+    pub template: TemplateOptions,
 }
 
-/// One chat message or Responses/Conversations input item. Fields other than `role` and
-/// `content` (`name`, `tool_calls`, `type`, ...) are skipped.
+/// vLLM's chat-template fields of a chat completions body (what a chat template sees
+/// besides `messages` and `tools`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TemplateOptions {
+    /// `add_generation_prompt` (default `true`).
+    pub add_generation_prompt: bool,
+    /// `continue_final_message` (default `false`).
+    pub continue_final_message: bool,
+    /// `add_special_tokens` (default `false` for chat).
+    pub add_special_tokens: bool,
+    /// `chat_template_kwargs` verbatim (an object of extra template variables), if not `null`.
+    pub kwargs: Option<RawJson>,
+    /// A request-level `chat_template` string (overrides the model's), if given.
+    pub chat_template: Option<String>,
+}
+
+impl Default for TemplateOptions {
+    fn default() -> Self {
+        Self {
+            add_generation_prompt: true,
+            continue_final_message: false,
+            add_special_tokens: false,
+            kwargs: None,
+            chat_template: None,
+        }
+    }
+}
+
+/// One chat message or Responses/Conversations input item. Fields other than these
+/// (`type`, ...) are skipped.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ChatMessage {
     /// `role` (`system`, `user`, `assistant`, `tool`, ...); empty when the item has none.
     pub role: String,
     /// `content`.
     pub content: MessageContent,
+    /// `name`, `tool_calls`, `tool_call_id` (chat templates read them); `None` when the
+    /// message has none of them.
+    pub extras: Option<Box<MessageExtras>>,
+}
+
+/// The message fields only a chat template reads.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MessageExtras {
+    /// `name`, when a string.
+    pub name: Option<String>,
+    /// Assistant `tool_calls` verbatim (`function.arguments` is still a JSON string), if not
+    /// `null`.
+    pub tool_calls: Option<RawJson>,
+    /// Tool-result `tool_call_id`, when a string.
+    pub tool_call_id: Option<String>,
 }
 
 /// A message's `content`.

@@ -136,12 +136,14 @@ impl PrefixCache {
     }
 }
 
-/// Length of the common prefix of `a` and `b`, compared 16 bytes at a time.
+/// Length of the common prefix of `a` and `b`: whole 256-byte blocks first (one vectorised
+/// comparison each), then bytes.
 fn common_prefix_len(a: &[u8], b: &[u8]) -> usize {
+    const BLOCK: usize = 256;
     let n = a.len().min(b.len());
     let mut i = 0;
-    while i + 16 <= n && a[i..i + 16] == b[i..i + 16] {
-        i += 16;
+    while i + BLOCK <= n && a[i..i + BLOCK] == b[i..i + BLOCK] {
+        i += BLOCK;
     }
     while i < n && a[i] == b[i] {
         i += 1;
@@ -192,5 +194,10 @@ mod tests {
     fn common_prefix() {
         assert_eq!(common_prefix_len(b"abcdefghijklmnopqrstuvwxyz", b"abcdefghijklmnopqrstuvwXyz"), 23);
         assert_eq!(common_prefix_len(b"ab", b"abc"), 2);
+        let a = vec![7u8; 1000];
+        let mut b = a.clone();
+        b[700] = 0;
+        assert_eq!(common_prefix_len(&a, &b), 700);
+        assert_eq!(common_prefix_len(&a, &a[..999]), 999);
     }
 }

@@ -32,8 +32,10 @@ use std::sync::Arc;
 use tokenizers::Tokenizer as HfTokenizer;
 
 use super::cache::{Cut, Entry, PrefixCache};
+use super::encoder::Encoder;
+use super::pretok::direct::AddedAt;
 use super::template::{ChatTemplates, SpecialTokens, TemplateError};
-use crate::request::chat_view::{ChatView, parse_chat_view};
+use crate::request::openai::ChatPrompt;
 
 /// Special-token names transformers passes to chat templates.
 const SPECIAL_NAMES: [&str; 7] =
@@ -95,9 +97,6 @@ pub enum EncodeError {
     /// The chat template failed.
     #[error(transparent)]
     Template(#[from] TemplateError),
-    /// The chat body could not be read.
-    #[error("chat body unreadable")]
-    Body(#[source] serde_json::Error),
     /// Chat request for a model without a chat template.
     #[error("model has no chat template")]
     NoTemplate,
@@ -121,8 +120,11 @@ pub enum CacheUse {
 #[derive(Debug)]
 pub struct LocalModel {
     dir: PathBuf,
-    tokenizer: HfTokenizer,
-    templates: Option<ChatTemplates>,
+    /// The loaded tokenizer ([`Encoder`]: direct encoding or fast pre-tokenization where
+    /// recognised).
+    tokenizer: Encoder,
+    /// Model templates (possibly none: then only request-level templates render).
+    templates: ChatTemplates,
     special: SpecialTokens,
     /// Anchor id -> its text.
     anchors: HashMap<u32, String>,
@@ -171,11 +173,10 @@ impl LocalModel {
         if !tok_path.is_file() {
             return Err(LoadError::NotFound { path: tok_path });
         }
-        let mut tokenizer = HfTokenizer::from_file(&tok_path)
+        let stock = HfTokenizer::from_file(&tok_path)
             .map_err(|source| LoadError::Tokenizer { path: tok_path.clone(), source })?;
-        // vLLM never truncates or pads a prompt it renders.
-        tokenizer.with_padding(None);
-        tokenizer.with_truncation(None).map_err(|source| LoadError::Tokenizer { path: tok_path.clone(), source })?;
+        // Without truncation or padding: vLLM never truncates or pads a prompt it renders.
+        let tokenizer = Encoder::new(&stock);
         let cfg_path = dir.join("tokenizer_config.json");
         let config: TokenizerConfig = match std::fs::read(&cfg_path) {
             Ok(bytes) => {
@@ -207,13 +208,11 @@ impl LocalModel {
             ),
             Err(source) => return Err(LoadError::Io { path: jinja_path, source }),
         };
-        let templates = sources
-            .map(ChatTemplates::new)
-            .transpose()
+        let templates = ChatTemplates::new(sources.unwrap_or_default())
             .map_err(|source| LoadError::Template { path: template_path, source })?;
         let mut anchors = HashMap::new();
         let mut split_tokens = Vec::new();
-        for (id, token) in tokenizer.get_added_tokens_decoder() {
+        for (id, token) in tokenizer.engine().get_added_tokens_decoder() {
             if token.normalized || token.content.is_empty() {
                 continue;
             }
@@ -235,38 +234,34 @@ impl LocalModel {
     pub fn encode_texts(&self, texts: &[String]) -> Result<Vec<u32>, EncodeError> {
         let mut ids = Vec::new();
         for text in texts {
-            let enc = self.tokenizer.encode_fast(text.as_str(), true).map_err(EncodeError::Tokenizer)?;
-            ids.extend_from_slice(enc.get_ids());
+            ids.extend(self.tokenizer.ids(text, true).map_err(EncodeError::Tokenizer)?);
         }
         Ok(ids)
     }
 
-    /// Chat: the body's template view rendered and encoded.
-    pub fn encode_chat_body(&self, body: &[u8]) -> Result<(Arc<[u32]>, CacheUse), EncodeError> {
-        let view = parse_chat_view(body).map_err(EncodeError::Body)?;
-        self.encode_chat(&view)
-    }
-
-    /// Chat: `view` rendered and encoded.
-    pub fn encode_chat(&self, view: &ChatView) -> Result<(Arc<[u32]>, CacheUse), EncodeError> {
-        let text = self.render(view)?;
-        if view.add_special_tokens {
-            let enc = self.tokenizer.encode_fast(text.as_str(), true).map_err(EncodeError::Tokenizer)?;
-            return Ok((enc.get_ids().into(), CacheUse::Bypass));
+    /// Chat: `chat` rendered with its template options and encoded.
+    pub fn encode_chat(&self, chat: &ChatPrompt) -> Result<(Arc<[u32]>, CacheUse), EncodeError> {
+        let text = self.render(chat)?;
+        if chat.template.add_special_tokens {
+            let ids = self.tokenizer.ids(&text, true).map_err(EncodeError::Tokenizer)?;
+            return Ok((ids.into(), CacheUse::Bypass));
         }
         self.encode_cached(text)
     }
 
     /// The rendered chat prompt.
-    pub fn render(&self, view: &ChatView) -> Result<String, EncodeError> {
-        if view.has_request_template {
-            return Err(EncodeError::Unsupported("request-level chat_template"));
+    ///
+    /// Errors: [`EncodeError::NoTemplate`] (neither the model nor the request has one),
+    /// [`EncodeError::Unsupported`] when both `continue_final_message` and
+    /// `add_generation_prompt` are set (vLLM rejects that request), template errors.
+    pub fn render(&self, chat: &ChatPrompt) -> Result<String, EncodeError> {
+        if chat.template.continue_final_message && chat.template.add_generation_prompt {
+            return Err(EncodeError::Unsupported("continue_final_message with add_generation_prompt"));
         }
-        if view.continue_final_message {
-            return Err(EncodeError::Unsupported("continue_final_message"));
+        match self.templates.render(chat, &self.special) {
+            Err(TemplateError::Missing) => Err(EncodeError::NoTemplate),
+            other => Ok(other?),
         }
-        let templates = self.templates.as_ref().ok_or(EncodeError::NoTemplate)?;
-        Ok(templates.render(view, &self.special)?)
     }
 
     /// `text` encoded without special tokens, continuing from a cached prefix when safe.
@@ -274,7 +269,6 @@ impl LocalModel {
         if let Some(hit) = self.cache.lookup(&text) {
             let cut = hit.cut();
             if let Some((ids, cuts)) = self.continue_from(&text, &hit.entry.ids, &hit.entry.cuts[..=hit.cut], cut)? {
-                let ids: Arc<[u32]> = ids.into();
                 self.cache.insert(Entry { text, ids: ids.clone(), cuts });
                 return Ok((ids, CacheUse::Hit));
             }
@@ -285,9 +279,9 @@ impl LocalModel {
 
     /// Full encode without special tokens; records the result in the cache.
     pub fn encode_uncached(&self, text: &str) -> Result<Arc<[u32]>, EncodeError> {
-        let enc = self.tokenizer.encode(text, false).map_err(EncodeError::Tokenizer)?;
-        let cuts = self.cuts_of(text, enc.get_ids(), enc.get_offsets(), 0, 0);
-        let ids: Arc<[u32]> = enc.get_ids().into();
+        let (ids, added) = self.tokenizer.ids_with_added(text).map_err(EncodeError::Tokenizer)?;
+        let cuts = self.cuts_of(text, &ids, &added, 0, 0);
+        let ids: Arc<[u32]> = ids.into();
         self.cache.insert(Entry { text: text.to_string(), ids: ids.clone(), cuts });
         Ok(ids)
     }
@@ -300,7 +294,7 @@ impl LocalModel {
         cached: &[u32],
         cached_cuts: &[Cut],
         cut: Cut,
-    ) -> Result<Option<(Vec<u32>, Vec<Cut>)>, EncodeError> {
+    ) -> Result<Option<(Arc<[u32]>, Vec<Cut>)>, EncodeError> {
         let (Some(anchor), Some(suffix)) = (self.anchors.get(&cut.anchor), text.get(cut.byte_end..)) else {
             return Ok(None);
         };
@@ -310,35 +304,26 @@ impl LocalModel {
         let mut piece = String::with_capacity(anchor.len() + suffix.len());
         piece.push_str(anchor);
         piece.push_str(suffix);
-        let enc = self.tokenizer.encode(piece.as_str(), false).map_err(EncodeError::Tokenizer)?;
-        let new_ids = enc.get_ids();
-        if new_ids.first() != Some(&cut.anchor) || enc.get_offsets().first().map(|o| o.1) != Some(anchor.len()) {
+        let (new_ids, added) = self.tokenizer.ids_with_added(&piece).map_err(EncodeError::Tokenizer)?;
+        if new_ids.first() != Some(&cut.anchor) || added.first().map(|a| (a.index, a.end)) != Some((0, anchor.len())) {
             return Ok(None);
         }
-        let mut ids = Vec::with_capacity(cut.n_ids + new_ids.len() - 1);
-        ids.extend_from_slice(&cached[..cut.n_ids]);
-        ids.extend_from_slice(&new_ids[1..]);
+        // Collected straight into the shared slice (one allocation, one copy).
+        let ids: Arc<[u32]> = cached[..cut.n_ids].iter().chain(&new_ids[1..]).copied().collect();
         let base = cut.byte_end - anchor.len();
         let mut cuts = cached_cuts.to_vec();
         // The piece's own first cut is the anchor already in `cached_cuts`.
-        cuts.extend(self.cuts_of(&piece, new_ids, enc.get_offsets(), base, cut.n_ids - 1).into_iter().skip(1));
+        cuts.extend(self.cuts_of(&piece, &new_ids, &added, base, cut.n_ids - 1).into_iter().skip(1));
         Ok(Some((ids, cuts)))
     }
 
-    /// Cuts after anchor tokens of an encoding of `text`; offsets shifted by `byte_shift`,
-    /// id counts by `id_shift`.
-    fn cuts_of(
-        &self,
-        text: &str,
-        ids: &[u32],
-        offsets: &[(usize, usize)],
-        byte_shift: usize,
-        id_shift: usize,
-    ) -> Vec<Cut> {
-        ids.iter()
-            .zip(offsets)
-            .enumerate()
-            .filter_map(|(i, (&id, &(start, end)))| {
+    /// Cuts after anchor tokens among the `added` tokens of an encoding of `text`; offsets
+    /// shifted by `byte_shift`, id counts by `id_shift`.
+    fn cuts_of(&self, text: &str, ids: &[u32], added: &[AddedAt], byte_shift: usize, id_shift: usize) -> Vec<Cut> {
+        added
+            .iter()
+            .filter_map(|&AddedAt { index: i, start, end }| {
+                let id = *ids.get(i)?;
                 let anchor = self.anchors.get(&id)?;
                 // The id must come from the added-token split, not from the model (e.g. unk).
                 (text.get(start..end) == Some(anchor.as_str())).then_some(Cut {
@@ -358,6 +343,11 @@ impl LocalModel {
             let first = at.saturating_sub(t.len() - 1);
             (first..at).all(|p| p + t.len() <= at || !bytes[p..].starts_with(t))
         })
+    }
+
+    /// True when the direct encoder serves this model ([`super::pretok::direct`]).
+    pub fn direct_encoding(&self) -> bool {
+        self.tokenizer.is_direct()
     }
 
     /// Entries in the prefix cache.

@@ -17,13 +17,15 @@
 //!
 //! Modules: [`local`] (in-process tokenizer and model registry), [`template`] (chat
 //! templates), [`cache`] (prefix cache for follow-up turns), [`render_client`] (vLLM),
-//! [`pool`] (bounded blocking pool), [`metrics`], [`clock`] (`strftime_now`).
+//! [`pool`] (bounded blocking pool), [`encoder`] and [`pretok`] (fast encoding), [`metrics`], [`clock`] (`strftime_now`).
 
 pub mod cache;
 pub mod clock;
+pub mod encoder;
 pub mod local;
 pub mod metrics;
 pub mod pool;
+pub mod pretok;
 pub mod render_client;
 pub mod template;
 
@@ -154,7 +156,10 @@ impl Tokenizer {
                         let texts = texts.clone();
                         pool.run(move || m.encode_texts(&texts).map(|ids| (Arc::from(ids), CacheUse::Bypass))).await
                     }
-                    Prompt::Chat(_) => pool.run(move || m.encode_chat_body(&raw)).await,
+                    Prompt::Chat(chat) => {
+                        let chat = chat.clone();
+                        pool.run(move || m.encode_chat(&chat)).await
+                    }
                     _ => return Err(Miss::Unsupported),
                 };
                 match job {

@@ -14,7 +14,12 @@
 //! `function.arguments` JSON string parsed into an object; `name` and `tool_call_id` pass
 //! through.
 //!
-//! Input: [`ChatView`] and the model's special-token strings. Output: the rendered prompt
+//! A request-level `chat_template` replaces the model's (compiled per request). With
+//! `continue_final_message`, the final message is left open as transformers does it: a tag
+//! is appended to its (last text part's) content, the template rendered, and the text cut
+//! at the tag (and right-trimmed when the template trimmed the space after it).
+//!
+//! Input: [`ChatPrompt`] and the model's special-token strings. Output: the rendered prompt
 //! text. Known differences from Python Jinja: printing a bare boolean or `None` with
 //! `{{ }}` (Python prints `True`/`None`), Python-only object methods beyond pycompat.
 
@@ -23,7 +28,7 @@ use std::collections::BTreeMap;
 use minijinja::value::{Kwargs, Value, ValueKind};
 use minijinja::{AutoEscape, Environment, ErrorKind};
 
-use crate::request::chat_view::{ChatView, ViewContent, ViewMessage};
+use crate::request::openai::{ChatMessage, ChatPrompt, MessageContent};
 
 /// Template names inside the environment.
 const DEFAULT: &str = "default";
@@ -59,6 +64,10 @@ pub enum TemplateError {
     /// The model has no chat template.
     #[error("the model has no chat template")]
     Missing,
+    /// `continue_final_message`: the final message has no text, or the rendered text does
+    /// not contain it (transformers raises the same).
+    #[error("continue_final_message: the final message does not appear in the rendered chat")]
+    ContinueFinalMessage,
 }
 
 /// Special-token strings a template can print (`bos_token`, ...).
@@ -72,17 +81,26 @@ pub struct SpecialTokens {
 #[derive(Debug)]
 pub struct ChatTemplates {
     env: Environment<'static>,
+    /// For request-level templates (untrusted): the same setup with a fuel limit.
+    request_env: Environment<'static>,
     has_tool_use: bool,
-    default_format: ContentFormat,
-    tool_use_format: ContentFormat,
+    /// `None`: the model has no template (only request-level templates render).
+    default_format: Option<ContentFormat>,
+    tool_use_format: Option<ContentFormat>,
 }
+
+/// Template instructions a request-level template may execute (minijinja fuel): bounds the
+/// CPU a hostile template can take from a pool worker.
+const REQUEST_TEMPLATE_FUEL: u64 = 5_000_000;
 
 impl ChatTemplates {
     /// Compiles `templates` (name -> source). A single unnamed template is passed as
     /// `[("default", src)]`.
     ///
+    /// An empty list is a model without a template.
+    ///
     /// Errors: [`TemplateError::Compile`] naming the template; [`TemplateError::Missing`] when
-    /// no `default` template is given.
+    /// templates are given but none is `default`.
     pub fn new(templates: Vec<(String, String)>) -> Result<Self, TemplateError> {
         let mut env = environment();
         let mut default_format = None;
@@ -96,37 +114,58 @@ impl ChatTemplates {
             }
             env.add_template_owned(name.clone(), source).map_err(|source| TemplateError::Compile { name, source })?;
         }
-        let default_format = default_format.ok_or(TemplateError::Missing)?;
+        if default_format.is_none() && env.templates().next().is_some() {
+            return Err(TemplateError::Missing);
+        }
+        let mut request_env = environment();
+        request_env.set_fuel(Some(REQUEST_TEMPLATE_FUEL));
         Ok(Self {
             env,
+            request_env,
             has_tool_use: tool_use_format.is_some(),
             default_format,
-            tool_use_format: tool_use_format.unwrap_or(default_format),
+            tool_use_format: tool_use_format.or(default_format),
         })
     }
 
-    /// Renders `view` (transformers' `apply_chat_template(tokenize=False)` semantics).
+    /// Renders `chat` (transformers' `apply_chat_template(tokenize=False)` semantics).
     ///
     /// Errors: [`TemplateError::Render`] (including `raise_exception`),
-    /// [`TemplateError::Value`] for malformed `tools` / `tool_calls` / kwargs JSON.
-    pub fn render(&self, view: &ChatView, special: &SpecialTokens) -> Result<String, TemplateError> {
-        let use_tools = view.tools.is_some() && self.has_tool_use;
-        let (name, format) = if use_tools { (TOOL_USE, self.tool_use_format) } else { (DEFAULT, self.default_format) };
-        let template = self.env.get_template(name).map_err(TemplateError::Render)?;
+    /// [`TemplateError::Compile`] for a request-level template,
+    /// [`TemplateError::Value`] for malformed `tools` / `tool_calls` / kwargs JSON,
+    /// [`TemplateError::ContinueFinalMessage`].
+    pub fn render(&self, chat: &ChatPrompt, special: &SpecialTokens) -> Result<String, TemplateError> {
+        let options = &chat.template;
+        let (named, format) = match (&options.chat_template, self.default_format) {
+            (Some(source), _) => (None, detect_content_format(source)),
+            (None, None) => return Err(TemplateError::Missing),
+            (None, Some(default)) if chat.tools.is_some() && self.has_tool_use => {
+                (Some(TOOL_USE), self.tool_use_format.unwrap_or(default))
+            }
+            (None, Some(default)) => (Some(DEFAULT), default),
+        };
         let mut ctx: BTreeMap<String, Value> = BTreeMap::new();
         for (k, v) in &special.by_name {
             ctx.insert(k.clone(), Value::from(v.as_str()));
         }
-        let messages = view.messages.iter().map(|m| message_value(m, format)).collect::<Result<Vec<_>, _>>()?;
+        let last = chat.messages.len().saturating_sub(1);
+        let mut final_text = None;
+        let mut messages = Vec::with_capacity(chat.messages.len());
+        for (i, m) in chat.messages.iter().enumerate() {
+            let open = options.continue_final_message && i == last;
+            let (value, text) = message_value(m, format, open)?;
+            final_text = final_text.or(text);
+            messages.push(value);
+        }
         ctx.insert("messages".into(), Value::from(messages));
-        let tools = match &view.tools {
+        let tools = match &chat.tools {
             Some(raw) => json_value(raw.get())?,
             None => Value::from(()),
         };
         ctx.insert("tools".into(), tools);
-        ctx.insert("add_generation_prompt".into(), Value::from(view.add_generation_prompt));
-        ctx.insert("continue_final_message".into(), Value::from(view.continue_final_message));
-        if let Some(kwargs) = &view.chat_template_kwargs {
+        ctx.insert("documents".into(), Value::from(()));
+        ctx.insert("add_generation_prompt".into(), Value::from(options.add_generation_prompt));
+        if let Some(kwargs) = &options.kwargs {
             let kwargs = json_value(kwargs.get())?;
             if let Ok(keys) = kwargs.try_iter() {
                 for key in keys {
@@ -136,8 +175,48 @@ impl ChatTemplates {
                 }
             }
         }
-        template.render(Value::from(ctx)).map_err(TemplateError::Render)
+        let rendered = match (named, &options.chat_template) {
+            (Some(name), _) => self.env.get_template(name).and_then(|t| t.render(Value::from(ctx))),
+            (None, Some(source)) => self.request_env.render_str(source, Value::from(ctx)),
+            (None, None) => return Err(TemplateError::Missing),
+        };
+        let rendered = rendered.map_err(TemplateError::Render)?;
+        match final_text {
+            Some(text) if options.continue_final_message => cut_at_final_message(rendered, &text),
+            _ => Ok(rendered),
+        }
     }
+}
+
+/// Appended to the final message's text with `continue_final_message` (transformers' tag).
+const CONTINUE_TAG: &str = "CONTINUE_FINAL_MESSAGE_TAG ";
+
+/// transformers' cut for `continue_final_message`: the text before the tag, right-trimmed
+/// when the template did not keep the tag's trailing space.
+fn cut_at_final_message(mut rendered: String, final_text: &str) -> Result<String, TemplateError> {
+    let tag = CONTINUE_TAG.trim_end();
+    if !rendered.contains(py_strip(final_text)) {
+        return Err(TemplateError::ContinueFinalMessage);
+    }
+    let at = rendered.rfind(tag).ok_or(TemplateError::ContinueFinalMessage)?;
+    let keeps_space = rendered[at..].starts_with(CONTINUE_TAG);
+    rendered.truncate(at);
+    if !keeps_space {
+        let kept = rendered.trim_end_matches(is_py_space).len();
+        rendered.truncate(kept);
+    }
+    Ok(rendered)
+}
+
+/// Python's `str.isspace` for one character (Unicode White_Space plus the four
+/// information separators U+001C..U+001F).
+fn is_py_space(c: char) -> bool {
+    c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c)
+}
+
+/// Python's `str.strip()`.
+fn py_strip(s: &str) -> &str {
+    s.trim_matches(is_py_space)
 }
 
 /// The environment transformers uses, in minijinja terms.
@@ -191,45 +270,65 @@ fn json_value(text: &str) -> Result<Value, TemplateError> {
     serde_json::from_str::<Value>(text).map_err(TemplateError::Value)
 }
 
-/// One message normalised as vLLM's chat_utils does before rendering.
-fn message_value(m: &ViewMessage, format: ContentFormat) -> Result<Value, TemplateError> {
+/// One message normalised as vLLM's chat_utils does before rendering. With `open` (the final
+/// message under `continue_final_message`), [`CONTINUE_TAG`] is appended to its text (the
+/// last text part in the openai format) and that text, without the tag, is returned too.
+fn message_value(m: &ChatMessage, format: ContentFormat, open: bool) -> Result<(Value, Option<String>), TemplateError> {
     let mut map: Vec<(Value, Value)> = vec![(Value::from("role"), Value::from(m.role.as_str()))];
+    let mut final_text = None;
+    let mut open_text = |t: &str| -> String {
+        final_text = Some(t.to_string());
+        format!("{t}{CONTINUE_TAG}")
+    };
     let content = match (format, &m.content) {
-        (ContentFormat::String, ViewContent::Text(t)) => Value::from(t.as_str()),
-        (ContentFormat::String, ViewContent::None) => Value::from(""),
-        (ContentFormat::String, ViewContent::Parts(parts)) => {
+        (ContentFormat::String, MessageContent::Text(t)) if open => Value::from(open_text(t)),
+        (ContentFormat::String, MessageContent::Text(t)) => Value::from(t.as_str()),
+        (ContentFormat::String, MessageContent::None) if open => Value::from(open_text("")),
+        (ContentFormat::String, MessageContent::None) => Value::from(""),
+        (ContentFormat::String, MessageContent::Parts(parts)) => {
             let texts: Vec<&str> =
                 parts.iter().filter(|p| is_text_kind(&p.kind)).filter_map(|p| p.text.as_deref()).collect();
-            Value::from(texts.join("\n"))
+            let joined = texts.join("\n");
+            Value::from(if open { open_text(&joined) } else { joined })
         }
-        (ContentFormat::OpenAi, ViewContent::Text(t)) => Value::from(vec![text_part(t)]),
-        (ContentFormat::OpenAi, ViewContent::None) => Value::from(Vec::<Value>::new()),
-        (ContentFormat::OpenAi, ViewContent::Parts(parts)) => Value::from(
-            parts
-                .iter()
-                .filter_map(|p| match (is_text_kind(&p.kind), p.text.as_deref()) {
-                    (true, Some(t)) => Some(text_part(t)),
-                    (true, None) => None,
-                    (false, _) => media_kind(&p.kind).map(|k| map_value([(Value::from("type"), Value::from(k))])),
-                })
-                .collect::<Vec<_>>(),
-        ),
+        (ContentFormat::OpenAi, MessageContent::Text(t)) if open => Value::from(vec![text_part(&open_text(t))]),
+        (ContentFormat::OpenAi, MessageContent::Text(t)) => Value::from(vec![text_part(t)]),
+        (ContentFormat::OpenAi, MessageContent::None) => Value::from(Vec::<Value>::new()),
+        (ContentFormat::OpenAi, MessageContent::Parts(parts)) => {
+            let last_text = parts.iter().rposition(|p| is_text_kind(&p.kind) && p.text.is_some());
+            Value::from(
+                parts
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, p)| match (is_text_kind(&p.kind), p.text.as_deref()) {
+                        (true, Some(t)) if open && Some(i) == last_text => Some(text_part(&open_text(t))),
+                        (true, Some(t)) => Some(text_part(t)),
+                        (true, None) => None,
+                        (false, _) => media_kind(&p.kind).map(|k| map_value([(Value::from("type"), Value::from(k))])),
+                    })
+                    .collect::<Vec<_>>(),
+            )
+        }
     };
+    if open && final_text.is_none() {
+        return Err(TemplateError::ContinueFinalMessage);
+    }
     map.push((Value::from("content"), content));
-    if let Some(name) = &m.name {
+    let extras = m.extras.as_deref();
+    if let Some(name) = extras.and_then(|e| e.name.as_ref()) {
         map.push((Value::from("name"), Value::from(name.as_str())));
     }
     if m.role == "assistant" {
-        if let Some(calls) = &m.tool_calls {
+        if let Some(calls) = extras.and_then(|e| e.tool_calls.as_ref()) {
             map.push((Value::from("tool_calls"), tool_calls_value(calls.get())?));
         }
     }
     if m.role == "tool" {
-        if let Some(id) = &m.tool_call_id {
+        if let Some(id) = extras.and_then(|e| e.tool_call_id.as_ref()) {
             map.push((Value::from("tool_call_id"), Value::from(id.as_str())));
         }
     }
-    Ok(map_value(map))
+    Ok((map_value(map), final_text))
 }
 
 fn is_text_kind(kind: &str) -> bool {
@@ -480,10 +579,60 @@ mod tests {
         assert_eq!(detect_content_format("{% for x in message.content.split() %}"), ContentFormat::String);
     }
 
+    fn chat(body: &str) -> ChatPrompt {
+        match crate::request::openai::parse_body(crate::request::openai::ApiKind::ChatCompletions, body.as_bytes()) {
+            Ok(crate::request::openai::ParsedBody { prompt: crate::request::openai::Prompt::Chat(c), .. }) => {
+                (*c).clone()
+            }
+            other => panic!("not chat: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn request_templates_are_fuel_limited_and_work_without_a_model_template() {
+        let none = ChatTemplates::new(Vec::new()).expect("no template is fine");
+        let special = SpecialTokens::default();
+        let plain = chat(r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#);
+        assert!(matches!(none.render(&plain, &special), Err(TemplateError::Missing)));
+        let own = chat(
+            r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"chat_template":"[{{ messages[0].content }}]"}"#,
+        );
+        assert_eq!(none.render(&own, &special).expect("renders"), "[hi]");
+        let hostile = chat(
+            r#"{"model":"m","messages":[{"role":"user","content":"hi"}],
+            "chat_template":"{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"}"#,
+        );
+        assert!(matches!(none.render(&hostile, &special), Err(TemplateError::Render(_))), "out of fuel");
+    }
+
+    #[test]
+    fn continue_final_message_cuts_at_the_open_message() {
+        let t = ChatTemplates::new(vec![(
+            "default".into(),
+            "{% for m in messages %}<{{ m.role }}>{{ m.content }}</{{ m.role }}>{% endfor %}".into(),
+        )])
+        .expect("compiles");
+        let body = r#"{"model":"m","add_generation_prompt":false,"continue_final_message":true,
+            "messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"Sure, "}]}"#;
+        let rendered = t.render(&chat(body), &SpecialTokens::default()).expect("renders");
+        assert_eq!(rendered, "<user>hi</user><assistant>Sure, ");
+        let no_text = r#"{"model":"m","continue_final_message":true,"add_generation_prompt":false,
+            "messages":[{"role":"assistant","content":[{"type":"image_url","image_url":{"url":"x"}}]}]}"#;
+        let openai = ChatTemplates::new(vec![(
+            "default".into(),
+            "{% for m in messages %}{% for p in m.content %}{{ p.text }}{% endfor %}{% endfor %}".into(),
+        )])
+        .expect("compiles");
+        assert!(matches!(
+            openai.render(&chat(no_text), &SpecialTokens::default()),
+            Err(TemplateError::ContinueFinalMessage)
+        ));
+    }
+
     #[test]
     fn raise_exception_is_a_render_error() {
         let t = ChatTemplates::new(vec![("default".into(), "{{ raise_exception('no') }}".into())]).expect("compiles");
-        let view = crate::request::chat_view::parse_chat_view(br#"{"messages":[]}"#).expect("view");
-        assert!(matches!(t.render(&view, &SpecialTokens::default()), Err(TemplateError::Render(_))));
+        let chat = ChatPrompt { messages: Vec::new(), tools: None, template: Default::default() };
+        assert!(matches!(t.render(&chat, &SpecialTokens::default()), Err(TemplateError::Render(_))));
     }
 }

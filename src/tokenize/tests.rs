@@ -23,8 +23,7 @@ use super::metrics::{BackendLabel, Outcome, TokenizeMetrics};
 use super::pool::BlockingPool;
 use super::render_client::RenderClient;
 use super::{Backend, Deadlines, Tokenizer};
-use crate::request::chat_view::parse_chat_view;
-use crate::request::openai::{ApiKind, Prompt, parse_body};
+use crate::request::openai::{ApiKind, ChatPrompt, Prompt, parse_body};
 
 #[derive(Deserialize)]
 struct Case {
@@ -42,6 +41,14 @@ fn fixture_dir(family: &str) -> PathBuf {
 
 fn bounds() -> CacheBounds {
     CacheBounds { entries: NonZeroUsize::new(64).expect("non-zero"), bytes: 16 << 20 }
+}
+
+/// The chat prompt of a chat completions body, as the request parser produces it.
+fn chat(body: &[u8]) -> Arc<ChatPrompt> {
+    match parse_body(ApiKind::ChatCompletions, body).expect("valid chat body").prompt {
+        Prompt::Chat(chat) => chat,
+        other => panic!("not chat: {other:?}"),
+    }
 }
 
 fn load(family: &str) -> (LocalModel, Vec<Case>) {
@@ -64,7 +71,7 @@ fn check_family(family: &str) {
                 assert_eq!(fresh.encode_texts(&texts).ok(), case.ids, "{family}/{}", case.name);
             }
             _ => {
-                let view = parse_chat_view(body).expect("valid chat body");
+                let view = chat(body);
                 if case.error.is_some() {
                     assert!(fresh.render(&view).is_err(), "{family}/{}: template must raise", case.name);
                     continue;
@@ -97,7 +104,7 @@ fn follow_up_turns_hit_the_cache_and_match_uncached_ids() {
         let turns: Vec<&Case> = cases.iter().filter(|c| c.name.starts_with("chat_multi_turn_")).collect();
         assert!(turns.len() >= 3);
         for (i, case) in turns.iter().enumerate() {
-            let view = parse_chat_view(case.body.get().as_bytes()).expect("view");
+            let view = chat(case.body.get().as_bytes());
             let (ids, used) = model.encode_chat(&view).expect("encodes");
             assert_eq!(Some(ids.to_vec()), case.ids, "{family}/{}", case.name);
             let expected = if i == 0 { CacheUse::Miss } else { CacheUse::Hit };
@@ -195,11 +202,17 @@ async fn local_backend_tokenizes_passes_ids_through_and_counts_misses() {
     assert!(t.tokenize("other", &body, raw).await.is_none());
     let (body, raw) = parsed(ApiKind::Responses, r#"{"model":"m","input":"x"}"#);
     assert!(t.tokenize("m", &body, raw).await.is_none());
+    // vLLM rejects continue_final_message together with add_generation_prompt (default true).
+    let (body, raw) = parsed(
+        ApiKind::ChatCompletions,
+        r#"{"model":"m","continue_final_message":true,"messages":[{"role":"user","content":"Hi"}]}"#,
+    );
+    assert!(t.tokenize("m", &body, raw).await.is_none());
     let m = t.metrics();
     assert_eq!(m.count(BackendLabel::Local, Outcome::Ok), 1);
     assert_eq!(m.count(BackendLabel::Local, Outcome::Passthrough), 1);
     assert_eq!(m.count(BackendLabel::Local, Outcome::UnknownModel), 1);
-    assert_eq!(m.count(BackendLabel::Local, Outcome::Unsupported), 1);
+    assert_eq!(m.count(BackendLabel::Local, Outcome::Unsupported), 2);
 }
 
 #[tokio::test(start_paused = true)]

@@ -9,7 +9,9 @@ use std::fmt;
 use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 
-use super::{ChatMessage, ContentPart, MessageContent};
+use serde_json::value::RawValue;
+
+use super::{ChatMessage, ContentPart, MessageContent, MessageExtras, RawJson};
 
 /// A polymorphic `prompt` / `input` / `items` value.
 pub(super) enum RawInput {
@@ -136,6 +138,17 @@ struct MessageRepr {
     role: Option<String>,
     #[serde(default = "no_content")]
     content: MessageContent,
+    #[serde(default)]
+    name: Option<Box<RawValue>>,
+    #[serde(default)]
+    tool_calls: Option<Box<RawValue>>,
+    #[serde(default)]
+    tool_call_id: Option<Box<RawValue>>,
+}
+
+/// A JSON string value as a Rust string; anything else is `None`.
+fn as_string(raw: Option<Box<RawValue>>) -> Option<String> {
+    raw.and_then(|r| serde_json::from_str::<String>(r.get()).ok())
 }
 
 fn no_content() -> MessageContent {
@@ -145,7 +158,13 @@ fn no_content() -> MessageContent {
 impl<'de> Deserialize<'de> for ChatMessage {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<ChatMessage, D::Error> {
         let repr = MessageRepr::deserialize(deserializer)?;
-        Ok(ChatMessage { role: repr.role.unwrap_or_default(), content: repr.content })
+        let extras = MessageExtras {
+            name: as_string(repr.name),
+            tool_calls: repr.tool_calls.filter(|r| r.get() != "null").map(RawJson),
+            tool_call_id: as_string(repr.tool_call_id),
+        };
+        let extras = (extras != MessageExtras::default()).then(|| Box::new(extras));
+        Ok(ChatMessage { role: repr.role.unwrap_or_default(), content: repr.content, extras })
     }
 }
 

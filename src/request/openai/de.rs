@@ -7,6 +7,7 @@
 //! `serde_json::Value`. [`ModelSpans`] locates the top-level `model` value for the rewrite.
 
 use std::fmt;
+use std::sync::Arc;
 
 use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
@@ -15,7 +16,7 @@ use serde_json::value::RawValue;
 use super::content::RawInput;
 use super::{
     ApiKind, BodyError, ChatMessage, ChatPrompt, EmbeddingsInput, ParsedBody, Prompt, RawJson, ResponsesInput,
-    ResponsesPrompt,
+    ResponsesPrompt, TemplateOptions,
 };
 
 /// The body as read, before per-API validation.
@@ -28,6 +29,7 @@ pub(super) struct RawBody {
     items: Option<RawInput>,
     instructions: Option<String>,
     tools: Option<RawJson>,
+    template: TemplateOptions,
     cache_salt: Option<String>,
     stream: bool,
     max_tokens: Option<u64>,
@@ -54,7 +56,9 @@ impl RawBody {
         let prompt = match api {
             ApiKind::Completions => completions_prompt(self.prompt)?,
             ApiKind::ChatCompletions => match self.messages {
-                Some(messages) if !messages.is_empty() => Prompt::Chat(ChatPrompt { messages, tools: self.tools }),
+                Some(messages) if !messages.is_empty() => {
+                    Prompt::Chat(Arc::new(ChatPrompt { messages, tools: self.tools, template: self.template }))
+                }
                 _ => return Err(BodyError::NoMessages),
             },
             ApiKind::Responses => {
@@ -153,6 +157,20 @@ impl<'de> Visitor<'de> for BodySeed {
                     let raw: &RawValue = map.next_value()?;
                     body.tools = (raw.get() != "null").then(|| RawJson(raw.to_owned()));
                 }
+                (Key::AddGenerationPrompt, ChatCompletions) => {
+                    body.template.add_generation_prompt = lenient_bool(&mut map)?.unwrap_or(true)
+                }
+                (Key::ContinueFinalMessage, ChatCompletions) => {
+                    body.template.continue_final_message = lenient_bool(&mut map)?.unwrap_or(false)
+                }
+                (Key::AddSpecialTokens, ChatCompletions) => {
+                    body.template.add_special_tokens = lenient_bool(&mut map)?.unwrap_or(false)
+                }
+                (Key::ChatTemplateKwargs, ChatCompletions) => {
+                    let raw: &RawValue = map.next_value()?;
+                    body.template.kwargs = (raw.get() != "null").then(|| RawJson(raw.to_owned()));
+                }
+                (Key::ChatTemplate, ChatCompletions) => body.template.chat_template = lenient_string(&mut map)?,
                 (Key::CacheSalt, _) => body.cache_salt = lenient_string(&mut map)?,
                 (Key::Stream, _) => body.stream = map.next_value::<&RawValue>()?.get() == "true",
                 (Key::MaxTokens, _) => body.max_tokens = lenient_u64(&mut map)?,
@@ -172,6 +190,15 @@ fn lenient_string<'de, A: MapAccess<'de>>(map: &mut A) -> Result<Option<String>,
     Ok(serde_json::from_str(raw.get()).ok())
 }
 
+/// A JSON boolean; anything else is `None` (the field's default applies).
+fn lenient_bool<'de, A: MapAccess<'de>>(map: &mut A) -> Result<Option<bool>, A::Error> {
+    Ok(match map.next_value::<&RawValue>()?.get() {
+        "true" => Some(true),
+        "false" => Some(false),
+        _ => None,
+    })
+}
+
 fn lenient_u64<'de, A: MapAccess<'de>>(map: &mut A) -> Result<Option<u64>, A::Error> {
     let raw: &RawValue = map.next_value()?;
     Ok(raw.get().parse().ok())
@@ -186,6 +213,11 @@ enum Key {
     Items,
     Instructions,
     Tools,
+    AddGenerationPrompt,
+    ContinueFinalMessage,
+    AddSpecialTokens,
+    ChatTemplateKwargs,
+    ChatTemplate,
     CacheSalt,
     Stream,
     MaxTokens,
@@ -211,6 +243,11 @@ impl<'de> Deserialize<'de> for Key {
                     "items" => Key::Items,
                     "instructions" => Key::Instructions,
                     "tools" => Key::Tools,
+                    "add_generation_prompt" => Key::AddGenerationPrompt,
+                    "continue_final_message" => Key::ContinueFinalMessage,
+                    "add_special_tokens" => Key::AddSpecialTokens,
+                    "chat_template_kwargs" => Key::ChatTemplateKwargs,
+                    "chat_template" => Key::ChatTemplate,
                     "cache_salt" => Key::CacheSalt,
                     "stream" => Key::Stream,
                     "max_tokens" => Key::MaxTokens,

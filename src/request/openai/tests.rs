@@ -62,8 +62,37 @@ fn chat_fixture_with_parts_tools_and_null_content() {
     assert_eq!(parts[1].text, None);
     assert_eq!(chat.messages[2].content, MessageContent::None);
     assert_eq!(chat.messages[3].content, MessageContent::Text("a cat \"Tom\" é".into()));
-    let tools = chat.tools.expect("tools");
+    let tools = chat.tools.as_ref().expect("tools");
     assert!(tools.get().starts_with("[\n    {\"type\": \"function\""));
+    assert!(
+        chat.template.kwargs.is_some() && chat.template.add_generation_prompt && chat.template.chat_template.is_none()
+    );
+}
+
+#[test]
+fn chat_template_fields_and_message_extras() {
+    let body = r#"{"model":"m","messages":[
+        {"role":"assistant","content":null,"tool_calls":[{"id":"c1"}],"name":7},
+        {"role":"tool","tool_call_id":"c1","name":"f","content":"ok"},
+        {"role":"user","content":"hi","tool_calls":null}],
+        "add_generation_prompt":false,"continue_final_message":true,"add_special_tokens":"yes",
+        "chat_template_kwargs":{"b":1,"a":2},"chat_template":"{{ messages }}"}"#;
+    let p = parse(ApiKind::ChatCompletions, body).unwrap();
+    let Prompt::Chat(chat) = p.prompt else { panic!("not chat") };
+    let t = &chat.template;
+    assert!(!t.add_generation_prompt && t.continue_final_message && !t.add_special_tokens, "non-bool -> default");
+    assert_eq!(t.kwargs.as_ref().map(RawJson::get), Some(r#"{"b":1,"a":2}"#));
+    assert_eq!(t.chat_template.as_deref(), Some("{{ messages }}"));
+    let extras = |i: usize| chat.messages[i].extras.as_deref().cloned();
+    let first = extras(0).expect("tool_calls");
+    assert_eq!(first.tool_calls.as_ref().map(RawJson::get), Some(r#"[{"id":"c1"}]"#));
+    assert_eq!(first.name, None, "a non-string name is dropped");
+    let second = extras(1).expect("tool result");
+    assert_eq!((second.name.as_deref(), second.tool_call_id.as_deref()), (Some("f"), Some("c1")));
+    assert_eq!(extras(2), None, "null tool_calls and no other extras");
+    // Other APIs ignore the template fields.
+    let p = parse(ApiKind::Completions, r#"{"model":"m","prompt":"x","chat_template":5}"#).unwrap();
+    assert_eq!(p.prompt, Prompt::Texts(vec!["x".into()]));
 }
 
 #[test]
