@@ -29,6 +29,7 @@ pub(crate) fn build(
         max_bytes: quantity(raw.max_bytes.as_ref(), "flowControl.maxBytes", errors),
         max_requests: quantity(raw.max_requests.as_ref(), "flowControl.maxRequests", errors),
         default_ttl: duration(raw.default_request_ttl.as_deref(), "flowControl.defaultRequestTTL", errors),
+        no_endpoint_ttl: duration(raw.no_endpoint_request_ttl.as_deref(), "flowControl.noEndpointRequestTTL", errors),
         ..FlowControlSettings::default()
     };
     if let Some(b) = &raw.default_priority_band {

@@ -172,7 +172,7 @@ fn flow_control_block_is_typed_and_honoured_only_with_the_gate() {
     use crate::flowcontrol::settings::{Fairness, Ordering};
     let block = "plugins: [{type: queue-scorer}, {type: round-robin-fairness-policy, name: rr}, {type: edf-ordering-policy}, \
         {type: static-usage-limit-policy, name: limit, parameters: {threshold: 0.8}}]\n\
-        flowControl: {maxBytes: 2Gi, maxRequests: \"1k\", defaultRequestTTL: 30s, usageLimitPolicyPluginRef: limit, \
+        flowControl: {maxBytes: 2Gi, maxRequests: \"1k\", defaultRequestTTL: 30s, noEndpointRequestTTL: 2s, usageLimitPolicyPluginRef: limit, \
         priorityBands: [{priority: 5, maxRequests: 10, fairnessPolicyRef: rr, orderingPolicyRef: edf-ordering-policy}]}";
     let off = try_load(block).unwrap();
     assert!(off.flow_control.is_none() && off.scheduler.legacy_shedding);
@@ -181,6 +181,7 @@ fn flow_control_block_is_typed_and_honoured_only_with_the_gate() {
     let fc = on.flow_control.expect("gate on");
     assert_eq!((fc.max_bytes, fc.max_requests, fc.ceiling), (Some(2 << 30), Some(1000), 0.8));
     assert_eq!(fc.default_ttl, Some(std::time::Duration::from_secs(30)));
+    assert_eq!(fc.no_endpoint_ttl, Some(std::time::Duration::from_secs(2)));
     let band = fc.band(5);
     assert_eq!((band.max_requests, band.fairness, band.ordering), (Some(10), Fairness::RoundRobin, Ordering::Edf));
     assert_eq!(band.max_bytes, Some(crate::flowcontrol::settings::DEFAULT_BAND_MAX_BYTES));

@@ -107,7 +107,7 @@ impl FlowController {
     pub async fn enqueue_and_wait(&self, request: FlowRequest) -> Outcome {
         let start = Instant::now();
         let labels = self.metrics.labels(&request.fairness_id, request.priority, &request.model, &request.target);
-        if self.store.snapshot().is_empty() {
+        if self.store.snapshot().is_empty() && !self.wait_for_endpoints(start).await {
             self.metrics.enqueued(&labels, Outcome::RejectedNoEndpoints.name(), start.elapsed().as_secs_f64());
             self.metrics.finished(&labels, Outcome::RejectedNoEndpoints.name(), 0.0);
             return Outcome::RejectedNoEndpoints;
@@ -149,6 +149,22 @@ impl FlowController {
         guard.id = None;
         self.metrics.finished(&labels, outcome.name(), start.elapsed().as_secs_f64());
         outcome
+    }
+
+    /// With `noEndpointRequestTTL`, waits until the pool has an endpoint or the TTL (from
+    /// `start`) passes; false when it is still empty.
+    async fn wait_for_endpoints(&self, start: Instant) -> bool {
+        let Some(ttl) = self.settings.no_endpoint_ttl else { return false };
+        let mut changes = self.store.subscribe();
+        let deadline = start + ttl;
+        // Bounded by the deadline: every round ends on a store change or at the deadline.
+        while self.store.snapshot().is_empty() {
+            tokio::select! {
+                changed = changes.changed() => if changed.is_err() { return false },
+                () = tokio::time::sleep_until(deadline) => return !self.store.snapshot().is_empty(),
+            }
+        }
+        true
     }
 
     /// One dispatch cycle: releases requests while the pool is below the ceiling; returns

@@ -66,6 +66,9 @@ pub struct FlowControlSettings {
     pub max_requests: Option<u64>,
     /// How long a request may wait in the queue (`None` = until the client gives up).
     pub default_ttl: Option<Duration>,
+    /// How long a request arriving at an empty pool waits for an endpoint
+    /// (`noEndpointRequestTTL`; `None` = rejected at once).
+    pub no_endpoint_ttl: Option<Duration>,
     /// Template for priorities without their own band.
     pub default_band: BandSettings,
     /// Template for negative priorities without their own band (llm-d); `None` = the
@@ -84,6 +87,7 @@ impl Default for FlowControlSettings {
             max_bytes: None,
             max_requests: None,
             default_ttl: None,
+            no_endpoint_ttl: None,
             default_band: BandSettings::default(),
             default_negative_band: None,
             bands: Vec::new(),

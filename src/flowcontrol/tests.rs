@@ -175,3 +175,26 @@ async fn a_caller_that_goes_away_is_withdrawn() {
     f.detector.set(0.0);
     assert_eq!(f.controller.dispatch_cycle(), 0, "nothing left to release");
 }
+
+#[tokio::test(start_paused = true)]
+async fn with_no_endpoint_ttl_a_request_waits_for_the_pool_to_get_an_endpoint() {
+    let settings =
+        FlowControlSettings { no_endpoint_ttl: Some(Duration::from_secs(5)), ..FlowControlSettings::default() };
+    let store = EndpointStore::new();
+    let detector = Arc::new(FakeDetector::default());
+    let controller =
+        Arc::new(FlowController::new(settings, store.clone(), Some(detector.clone()), FlowControlMetrics::detached()));
+    tokio::spawn(controller.clone().run(CancellationToken::new()));
+    // Nobody adds an endpoint: rejected when the TTL passes, not before.
+    let t0 = tokio::time::Instant::now();
+    assert_eq!(controller.enqueue_and_wait(request("a", 0)).await, Outcome::RejectedNoEndpoints);
+    assert_eq!(t0.elapsed(), Duration::from_secs(5));
+    // An endpoint arrives while the request waits: it is queued and dispatched.
+    let waiting = tokio::spawn({
+        let c = controller.clone();
+        async move { c.enqueue_and_wait(request("b", 0)).await }
+    });
+    tokio::task::yield_now().await;
+    store.replace(vec![endpoint("pod").endpoint()]);
+    assert_eq!(waiting.await.expect("join"), Outcome::Dispatched);
+}
