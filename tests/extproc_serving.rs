@@ -69,7 +69,7 @@ async fn self_signed_tls_when_no_cert_path() {
         .unwrap()
         .connect()
         .await;
-    let message = format!("{:?}", err.err().expect("unverifiable certificate"));
+    let message = format!("{:?}", err.expect_err("unverifiable certificate"));
     assert!(
         message.to_lowercase().contains("certificate")
             || message.contains("InvalidCertificate")

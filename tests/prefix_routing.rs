@@ -18,12 +18,11 @@ async fn shared_prefix_follows_the_first_pick() {
     let mut client = epp.client().await;
     let system = "You are a careful assistant. ".repeat(200);
     let route = |question: &str| {
-        let body = serde_json::to_vec(&serde_json::json!({
+        serde_json::to_vec(&serde_json::json!({
             "model": "m",
             "messages": [{"role": "system", "content": system}, {"role": "user", "content": question}],
         }))
-        .unwrap();
-        body
+        .unwrap()
     };
     let mut destinations = Vec::new();
     for q in ["first question", "second question", "third question", "fourth question"] {

@@ -175,10 +175,10 @@ fn check_header(raw: &RawConfig, errors: &mut Vec<ConfigError>) {
         ),
         None => {}
     }
-    if let Some(kind) = raw.kind.as_deref() {
-        if kind != "EndpointPickerConfig" {
-            errors.push(ConfigError::new("kind", format!("expected EndpointPickerConfig, found {kind:?}")));
-        }
+    if let Some(kind) = raw.kind.as_deref()
+        && kind != "EndpointPickerConfig"
+    {
+        errors.push(ConfigError::new("kind", format!("expected EndpointPickerConfig, found {kind:?}")));
     }
     for (i, gate) in raw.feature_gates.iter().enumerate() {
         if !FEATURE_GATES.contains(&gate.as_str()) {
@@ -332,13 +332,14 @@ fn data_layer(raw: &RawConfig, instances: &Instances, errors: &mut Vec<ConfigErr
         (None, Some(l)) => ("data", Some(l)),
         _ => ("dataLayer", None),
     };
-    if let Some(sources) = layer.and_then(|l| l.sources.as_ref()) {
-        if sources.is_empty() && !raw.feature_gates.iter().any(|g| g == "enableLegacyMetrics") {
-            errors.push(
-                ConfigError::new(format!("{key}.sources"), "data layer enabled but no data sources configured")
-                    .suggest("remove `sources: []` to use the default metrics source"),
-            );
-        }
+    if let Some(sources) = layer.and_then(|l| l.sources.as_ref())
+        && sources.is_empty()
+        && !raw.feature_gates.iter().any(|g| g == "enableLegacyMetrics")
+    {
+        errors.push(
+            ConfigError::new(format!("{key}.sources"), "data layer enabled but no data sources configured")
+                .suggest("remove `sources: []` to use the default metrics source"),
+        );
     }
     for (spec, inst) in &instances.items {
         match inst.type_name {

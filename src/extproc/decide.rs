@@ -88,10 +88,8 @@ pub fn schedule_prepared(
 ) -> Result<Outcome, ExtProcError> {
     let Prepared { request, rewritten_body } = prepared;
     let mut candidates = store.candidates();
-    if use_subset_hint {
-        if let Some(hint) = subset_hint(metadata) {
-            candidates = restrict_to_subset(candidates, &hint);
-        }
+    if use_subset_hint && let Some(hint) = subset_hint(metadata) {
+        candidates = restrict_to_subset(candidates, &hint);
     }
     let decision = scheduler.schedule(&request, candidates)?;
     Ok(Outcome { request, decision, rewritten_body })

@@ -139,10 +139,10 @@ impl StreamProcessor {
                 self.resp_mode = response_mode(pc.response_body_mode);
             }
         }
-        if let Some(md) = &msg.metadata_context {
-            if !md.filter_metadata.is_empty() {
-                self.metadata = md.filter_metadata.clone();
-            }
+        if let Some(md) = &msg.metadata_context
+            && !md.filter_metadata.is_empty()
+        {
+            self.metadata = md.filter_metadata.clone();
         }
         let replies = match msg.request {
             Some(Request::RequestHeaders(h)) => self.on_request_headers(h.headers.as_ref(), h.end_of_stream).await,
@@ -427,10 +427,10 @@ impl StreamProcessor {
                     if end_of_stream {
                         let body = std::mem::take(&mut self.response_buffer);
                         self.usage = usage_from_json(&body);
-                        if let Some((target, incoming)) = &restore {
-                            if let Some(restored) = restore_model_name(&body, target, incoming) {
-                                common.body_mutation = Some(resp::body_replacement(restored));
-                            }
+                        if let Some((target, incoming)) = &restore
+                            && let Some(restored) = restore_model_name(&body, target, incoming)
+                        {
+                            common.body_mutation = Some(resp::body_replacement(restored));
                         }
                     }
                     out.push(resp::response_body(common));

@@ -261,10 +261,10 @@ impl Registry {
     /// Looks a type (or alias) up; logs a deprecation once per alias.
     pub fn get(&self, type_name: &str) -> Option<Registration> {
         let reg = self.types.get(type_name).copied()?;
-        if let (Some(canonical), Some(flag)) = (reg.alias_of, self.warned.get(type_name)) {
-            if !flag.swap(true, Ordering::Relaxed) {
-                tracing::warn!(alias = type_name, replacement = canonical, "Deprecated plugin type; it still loads");
-            }
+        if let (Some(canonical), Some(flag)) = (reg.alias_of, self.warned.get(type_name))
+            && !flag.swap(true, Ordering::Relaxed)
+        {
+            tracing::warn!(alias = type_name, replacement = canonical, "Deprecated plugin type; it still loads");
         }
         Some(reg)
     }

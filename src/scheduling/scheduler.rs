@@ -123,12 +123,12 @@ impl Scheduler {
         if candidates.is_empty() {
             return Err(ScheduleError::NoCandidates);
         }
-        if self.legacy_shedding && self.priority(request) < 0 {
-            if let Some(detector) = &self.saturation {
-                if detector.saturation(&candidates, tokio::time::Instant::now()) >= 1.0 {
-                    return Err(ScheduleError::Saturated);
-                }
-            }
+        if self.legacy_shedding
+            && self.priority(request) < 0
+            && let Some(detector) = &self.saturation
+            && detector.saturation(&candidates, tokio::time::Instant::now()) >= 1.0
+        {
+            return Err(ScheduleError::Saturated);
         }
         let data = self.produce(request, &candidates);
         let cx = SchedulingContext { request, data: &data, now: tokio::time::Instant::now() };

@@ -318,15 +318,15 @@ fn message_value(m: &ChatMessage, format: ContentFormat, open: bool) -> Result<(
     if let Some(name) = extras.and_then(|e| e.name.as_ref()) {
         map.push((Value::from("name"), Value::from(name.as_str())));
     }
-    if m.role == "assistant" {
-        if let Some(calls) = extras.and_then(|e| e.tool_calls.as_ref()) {
-            map.push((Value::from("tool_calls"), tool_calls_value(calls.get())?));
-        }
+    if m.role == "assistant"
+        && let Some(calls) = extras.and_then(|e| e.tool_calls.as_ref())
+    {
+        map.push((Value::from("tool_calls"), tool_calls_value(calls.get())?));
     }
-    if m.role == "tool" {
-        if let Some(id) = extras.and_then(|e| e.tool_call_id.as_ref()) {
-            map.push((Value::from("tool_call_id"), Value::from(id.as_str())));
-        }
+    if m.role == "tool"
+        && let Some(id) = extras.and_then(|e| e.tool_call_id.as_ref())
+    {
+        map.push((Value::from("tool_call_id"), Value::from(id.as_str())));
     }
     Ok((map_value(map), final_text))
 }

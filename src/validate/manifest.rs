@@ -110,14 +110,14 @@ fn scaling(workload: Option<&Value>, base: &str, out: &mut Vec<Finding>) {
         _ => {}
     }
     let min = scaling.get("minReplicas").and_then(Value::as_i64).unwrap_or(1);
-    if let Some(idle) = wva.get("keda").and_then(|k| k.get("idleReplicaCount")).and_then(Value::as_i64) {
-        if idle >= min {
-            out.push(Finding::error(
-                join(&path, "wva.keda.idleReplicaCount"),
-                format!("idleReplicaCount ({idle}) must be below minReplicas ({min})"),
-                "lower idleReplicaCount or raise minReplicas (both have a minimum of 1)",
-            ));
-        }
+    if let Some(idle) = wva.get("keda").and_then(|k| k.get("idleReplicaCount")).and_then(Value::as_i64)
+        && idle >= min
+    {
+        out.push(Finding::error(
+            join(&path, "wva.keda.idleReplicaCount"),
+            format!("idleReplicaCount ({idle}) must be below minReplicas ({min})"),
+            "lower idleReplicaCount or raise minReplicas (both have a minimum of 1)",
+        ));
     }
 }
 

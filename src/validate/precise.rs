@@ -81,14 +81,14 @@ fn tokens(params: &Value, base: &str, pools: &[Workload], out: &mut Vec<Finding>
                 format!("set env PYTHONHASHSEED={seed:?} on the vLLM container"),
             ));
         }
-        if let Some(a) = w.flag("--prefix-caching-hash-algo") {
-            if !VLLM_ALGOS.contains(&a.as_str()) {
-                out.push(Finding::error(
-                    format!("{args}.args"),
-                    format!("unknown --prefix-caching-hash-algo {a:?}"),
-                    format!("use one of {VLLM_ALGOS:?} (sha256_cbor is reproducible outside Python)"),
-                ));
-            }
+        if let Some(a) = w.flag("--prefix-caching-hash-algo")
+            && !VLLM_ALGOS.contains(&a.as_str())
+        {
+            out.push(Finding::error(
+                format!("{args}.args"),
+                format!("unknown --prefix-caching-hash-algo {a:?}"),
+                format!("use one of {VLLM_ALGOS:?} (sha256_cbor is reproducible outside Python)"),
+            ));
         }
     }
 }

@@ -45,10 +45,10 @@ impl WordCuts {
         for token in vocab.keys() {
             let mut prev = None;
             for c in token.chars() {
-                if c == replacement {
-                    if let Some(p) = prev.filter(|&p| p != replacement) {
-                        glued.insert(p);
-                    }
+                if c == replacement
+                    && let Some(p) = prev.filter(|&p| p != replacement)
+                {
+                    glued.insert(p);
                 }
                 prev = Some(c);
             }

@@ -170,10 +170,8 @@ impl Scan<'_> {
             end = next;
             n += 1;
         }
-        if crlf {
-            if let Some(e) = after_crlf {
-                return e;
-            }
+        if crlf && let Some(e) = after_crlf {
+            return e;
         }
         if end == self.s.len() || n < 2 { end } else { last_start }
     }
@@ -181,10 +179,10 @@ impl Scan<'_> {
     fn llama3(&self, i: usize) -> usize {
         let Some((c, after)) = self.at(i) else { return self.s.len() };
         let class = self.classes.of(c);
-        if c == '\'' {
-            if let Some(n) = self.contraction(after, true) {
-                return after + n;
-            }
+        if c == '\''
+            && let Some(n) = self.contraction(after, true)
+        {
+            return after + n;
         }
         // [^\r\n\p{L}\p{N}]?\p{L}+
         if class == Class::Letter {
@@ -211,10 +209,10 @@ impl Scan<'_> {
 
     fn gpt2(&self, i: usize) -> usize {
         let Some((c, after)) = self.at(i) else { return self.s.len() };
-        if c == '\'' {
-            if let Some(n) = self.contraction(after, false) {
-                return after + n;
-            }
+        if c == '\''
+            && let Some(n) = self.contraction(after, false)
+        {
+            return after + n;
         }
         // ' ?\p{L}+', ' ?\p{N}+', ' ?[^\s\p{L}\p{N}]+'
         let (start, class) = match self.classes.of(c) {

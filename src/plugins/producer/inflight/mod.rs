@@ -2,8 +2,8 @@
 //! EPP and produces `InFlightLoad` (per endpoint) and `UncachedRequestTokens` (what this
 //! request would add to each candidate). The default producer of `DataKey::InFlightLoad`.
 //!
-//! `UncachedRequestTokens(e) = (totalBlocks - matchBlocks(e)) x blockSize + max(0, inputTokens
-//! - totalBlocks x blockSize)`, or `inputTokens` without prefix data; plus, with
+//! `UncachedRequestTokens(e) = (totalBlocks - matchBlocks(e)) x blockSize +
+//! max(0, inputTokens - totalBlocks x blockSize)`, or `inputTokens` without prefix data; plus, with
 //! `addEstimatedOutputTokens`, `min(round(inputTokens x outputRatio), client max tokens,
 //! maxEstimatedOutputTokens)`. Pre-request: for every profile result, its first target gets
 //! `requests += 1`, `tokens += uncached`. Release: at the first response body chunk (prefill

@@ -295,7 +295,7 @@ mod tests {
         for not_positive in ["0", "0s", "-1s"] {
             assert_eq!(derive(true, Some(not_positive)).expect("<= 0").speculative, Some(Duration::from_secs(2)));
         }
-        let (path, _) = derive(true, Some("soon")).err().expect("bad duration");
+        let (path, _) = derive(true, Some("soon")).expect_err("bad duration");
         assert_eq!(path, "speculativeTTL");
     }
 }

@@ -196,10 +196,10 @@ impl ProfileHandler for DisaggHandler {
 impl PreRequest for DisaggHandler {
     fn pre_request(&self, _: &SchedulingContext<'_>, result: &SchedulingResult, headers: &mut HeaderEdits) {
         disagg_headers::apply(result, &self.prefill, &self.encode, headers);
-        if self.primary_port.is_some() {
-            if let Some(target) = result.primary().and_then(|r| r.targets.first()) {
-                headers.set(DATA_PARALLEL_HOST_PORT, target.endpoint.host_port.to_string());
-            }
+        if self.primary_port.is_some()
+            && let Some(target) = result.primary().and_then(|r| r.targets.first())
+        {
+            headers.set(DATA_PARALLEL_HOST_PORT, target.endpoint.host_port.to_string());
         }
     }
 }
