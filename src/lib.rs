@@ -14,6 +14,8 @@
 //! - `endpoints`: discovery, the endpoint store, metric scraping.
 //! - `kvcache`: vLLM KV events (ZeroMQ, msgpack), block hashing, the sharded prefix index.
 //! - `telemetry`: logs, metrics, admin server.
+//! - `latency`: client of the latency-predictor sidecars (bulk TTFT/TPOT predictions awaited
+//!   before the decision, training samples posted after responses).
 //! - `tokenize`: real token ids (in-process tokenizer + chat templates, vLLM render), awaited
 //!   by the stream before the decision.
 //! - `app`: wiring, servers and shutdown.
@@ -25,6 +27,7 @@
 //! ```text
 //! Envoy --ext_proc--> extproc::stream --body--> request::openai --InferenceRequest-->
 //!   [tokenize::Tokenizer (async, deadline) --token ids--> InferenceRequest::tokens]
+//!   [latency::Predictor (async, deadline) --TTFT/TPOT per endpoint--> InferenceRequest::predicted]
 //!   [flowcontrol::FlowController::enqueue_and_wait (gate flowControl)]
 //!   scheduling::Scheduler [producers -> ProfileHandler -> Profile(filters -> scorers x weight -> picker)]
 //!   --Decision--> extproc::response --headers + metadata--> Envoy
@@ -40,7 +43,9 @@ pub mod config;
 pub mod endpoints;
 pub mod extproc;
 pub mod flowcontrol;
+pub mod http_client;
 pub mod kvcache;
+pub mod latency;
 pub mod plugins;
 pub mod proto;
 pub mod request;

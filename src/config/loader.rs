@@ -154,6 +154,7 @@ pub fn load(
         metrics,
     );
     scheduler.saturation = saturation;
+    scheduler.default_latency_producer = producer_plan.default_latency;
     let flow_control = flow_settings.filter(|_| raw.feature_gates.iter().any(|g| g == "flowControl"));
     // With Flow Control, admission (not the legacy shedding rule) decides who waits.
     scheduler.legacy_shedding = flow_control.is_none();

@@ -1,7 +1,8 @@
 //! Producer planning: every consumed data key must have a producer. A consumer that names
 //! none binds the default producer of that kind, created automatically when absent
 //! (`approx-prefix-cache-producer` for prefix matches, `token-producer` with the `estimate`
-//! backend for tokens, `inflight-load-producer` for load). A named producer must exist and
+//! backend for tokens, `inflight-load-producer` for load, `predicted-latency-producer` for
+//! latency predictions). A named producer must exist and
 //! produce that key. Producers then run in dependency order; a cycle is an error.
 
 use super::error::{ConfigError, closest};
@@ -19,6 +20,8 @@ pub struct ProducerPlan {
     pub default_prefix: Option<PluginName>,
     /// Default in-flight producer.
     pub default_inflight: Option<PluginName>,
+    /// Default latency producer.
+    pub default_latency: Option<PluginName>,
 }
 
 fn default_type(key: &DataKey) -> &'static str {
@@ -26,6 +29,7 @@ fn default_type(key: &DataKey) -> &'static str {
         DataKey::TokenizedPrompt => "token-producer",
         DataKey::PrefixCacheMatchInfo(_) => "approx-prefix-cache-producer",
         DataKey::InFlightLoad(_) => "inflight-load-producer",
+        DataKey::LatencyPredictionInfo(_) => "predicted-latency-producer",
     }
 }
 
@@ -35,6 +39,7 @@ fn kind(key: &DataKey) -> DataKey {
         DataKey::TokenizedPrompt => DataKey::TokenizedPrompt,
         DataKey::PrefixCacheMatchInfo(_) => DataKey::PrefixCacheMatchInfo(None),
         DataKey::InFlightLoad(_) => DataKey::InFlightLoad(None),
+        DataKey::LatencyPredictionInfo(_) => DataKey::LatencyPredictionInfo(None),
     }
 }
 
@@ -46,8 +51,8 @@ pub(crate) fn plan(
     errors: &mut Vec<ConfigError>,
 ) -> ProducerPlan {
     let mut plan = ProducerPlan::default();
-    // Bounded fixpoint: each round may inject one default producer per kind (3 kinds).
-    for _ in 0..4 {
+    // Bounded fixpoint: each round may inject one default producer per kind (4 kinds).
+    for _ in 0..5 {
         let mut needed: Vec<(String, DataKey)> = Vec::new();
         for (spec, inst) in &instances.items {
             let consumed =
@@ -57,7 +62,9 @@ pub(crate) fn plan(
         let mut injected_any = false;
         for (path, key) in needed {
             match &key {
-                DataKey::PrefixCacheMatchInfo(Some(name)) | DataKey::InFlightLoad(Some(name)) => {
+                DataKey::PrefixCacheMatchInfo(Some(name))
+                | DataKey::InFlightLoad(Some(name))
+                | DataKey::LatencyPredictionInfo(Some(name)) => {
                     let produces = instances
                         .get(name)
                         .and_then(|(_, i)| i.producer.as_ref())
@@ -111,6 +118,7 @@ pub(crate) fn plan(
             .map(|(s, _)| s.name.clone())
     });
     plan.default_inflight = first_of("inflight-load-producer");
+    plan.default_latency = first_of("predicted-latency-producer");
     order(instances, &mut plan, errors);
     plan
 }

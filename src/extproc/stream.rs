@@ -231,6 +231,7 @@ impl StreamProcessor {
         if let (Some(tokenizer), Some(parsed)) = (tokenizer, &prepared.request.body) {
             prepared.request.tokens = tokenizer.tokenize(&prepared.request.target_model, parsed, body.clone()).await;
         }
+        self.predict_latency(&mut prepared.request).await;
         if let Some(error) = self.admit(&prepared.request).await {
             return self.fail(error);
         }
@@ -255,6 +256,28 @@ impl StreamProcessor {
         match outcome {
             Ok(outcome) => self.reply_scheduled(outcome, body, ended_with_trailers),
             Err(e) => self.fail(e),
+        }
+    }
+
+    /// Awaits every latency predictor (bounded by its own deadline) for all endpoints.
+    async fn predict_latency(&self, request: &mut InferenceRequest) {
+        // Collected first so no config guard is held across the awaits.
+        let predictors: Vec<_> = {
+            let scheduler = self.shared.scheduler.load();
+            scheduler
+                .producers
+                .iter()
+                .filter_map(|s| s.plugin.predictor().map(|p| (s.name.clone(), p.clone())))
+                .collect()
+        };
+        if predictors.is_empty() {
+            return;
+        }
+        let candidates = self.shared.store.candidates();
+        for (name, predictor) in predictors {
+            if let Some(p) = predictor.predict(request, &candidates).await {
+                request.predicted.push((name, p));
+            }
         }
     }
 

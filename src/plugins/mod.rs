@@ -82,6 +82,12 @@ pub trait DataProducer: Send + Sync + fmt::Debug {
     fn tokenizer(&self) -> Option<&Arc<crate::tokenize::Tokenizer>> {
         None
     }
+    /// The latency predictor this producer reads from, if any. The ext_proc stream awaits
+    /// `Predictor::predict` for every candidate before the decision and stores the answer
+    /// in `InferenceRequest::predicted` under this producer's name.
+    fn predictor(&self) -> Option<&Arc<crate::latency::Predictor>> {
+        None
+    }
     /// The KV-event prefix index this producer reads, when it owns one (the precise
     /// producer); lets in-process drivers such as the fleet simulator feed it events.
     fn kv_index(&self) -> Option<Arc<crate::kvcache::PrefixIndex>> {

@@ -118,6 +118,8 @@ pub struct PluginMetrics {
     pub kv: std::sync::Arc<crate::kvcache::KvCacheMetrics>,
     /// Tokenizer outcomes, latency and prefix-cache use (`token-producer`).
     pub tokenize: crate::tokenize::metrics::TokenizeMetrics,
+    /// Latency-predictor series (`predicted-latency-producer`).
+    pub latency: crate::latency::metrics::LatencyMetrics,
 }
 
 impl PluginMetrics {
@@ -187,6 +189,7 @@ impl PluginMetrics {
             )?,
             kv: std::sync::Arc::new(crate::kvcache::KvCacheMetrics::register(registry)?),
             tokenize: crate::tokenize::metrics::TokenizeMetrics::register(registry)?,
+            latency: crate::latency::metrics::LatencyMetrics::register(registry)?,
         })
     }
 }
@@ -313,6 +316,9 @@ pub fn builtin() -> Registry {
         .add(filter::by_label::TYPE, filter::by_label::build)
         .add(filter::prefix_affinity::TYPE, filter::prefix_affinity::build)
         .add(filter::concurrency::TYPE, filter::concurrency::build)
+        .add(filter::slo_headroom_tier::TYPE, filter::slo_headroom_tier::build)
+        .add(scorer::latency::TYPE, scorer::latency::build)
+        .add(producer::predicted_latency::TYPE, producer::predicted_latency::build)
         .add(profile_handler::disagg::TYPE, profile_handler::disagg::build)
         .add(profile_handler::disagg::pd::TYPE, profile_handler::disagg::pd::build)
         .add(profile_handler::data_parallel::TYPE, profile_handler::data_parallel::build)

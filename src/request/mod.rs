@@ -32,4 +32,8 @@ pub struct InferenceRequest {
     /// `tokenize::Tokenizer`); `None` when no tokenizer backend is configured, the prompt
     /// kind is not supported, or tokenization missed its deadline.
     pub tokens: Option<std::sync::Arc<[u32]>>,
+    /// Latency predictions awaited before the decision, by `predicted-latency-producer`
+    /// instance (absent when the predictor did not answer); the producer copies them into
+    /// the request data.
+    pub predicted: Vec<(std::sync::Arc<str>, std::sync::Arc<crate::latency::Predicted>)>,
 }

@@ -17,6 +17,8 @@ pub enum DataKey {
     PrefixCacheMatchInfo(Option<PluginName>),
     /// `InFlightLoad` (+ `UncachedRequestTokens`) from a named producer.
     InFlightLoad(Option<PluginName>),
+    /// `LatencyPredictionInfo` from a named `predicted-latency-producer`.
+    LatencyPredictionInfo(Option<PluginName>),
 }
 
 /// Read-only view handed to every plugin call.

@@ -1,5 +1,6 @@
 //! Per-request data computed once by data producers before any profile runs: the prompt's
-//! token ids and, per prefix producer, the prefix-cache match of every candidate. Typed
+//! token ids and, per prefix producer, the prefix-cache match of every candidate (and, per
+//! latency producer, the predicted latencies). Typed
 //! fields, not an untyped map: a new kind of data is a new field.
 
 use std::collections::HashMap;
@@ -46,6 +47,35 @@ pub struct InFlightLoads {
     pub per_endpoint: HashMap<EndpointId, (u64, u64)>,
 }
 
+/// `LatencyPredictionInfo` of one endpoint: predicted latencies and headroom against the
+/// request's SLOs (`headroom = SLO - predicted`; an absent SLO counts as 0 ms).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct LatencyPrediction {
+    /// Predicted time to first token, ms.
+    pub ttft_ms: f64,
+    /// Predicted time per output token, ms.
+    pub tpot_ms: f64,
+    /// TTFT SLO minus predicted TTFT, ms.
+    pub ttft_headroom_ms: f64,
+    /// TPOT SLO (times the buffer factor) minus predicted TPOT, ms.
+    pub tpot_headroom_ms: f64,
+}
+
+impl LatencyPrediction {
+    /// True when both headrooms are >= 0 (the positive tier).
+    pub fn meets_slo(&self) -> bool {
+        self.ttft_headroom_ms >= 0.0 && self.tpot_headroom_ms >= 0.0
+    }
+}
+
+/// `LatencyPredictionInfo` for the candidates one producer obtained a prediction for;
+/// endpoints without a prediction are absent.
+#[derive(Clone, Debug, Default)]
+pub struct LatencyPredictions {
+    /// Per endpoint.
+    pub per_endpoint: HashMap<EndpointId, LatencyPrediction>,
+}
+
 /// Everything producers computed for one request.
 #[derive(Clone, Debug, Default)]
 pub struct RequestData {
@@ -59,6 +89,10 @@ pub struct RequestData {
     pub inflight: Vec<(PluginName, Arc<InFlightLoads>)>,
     /// Which in-flight producer answers for consumers that name none.
     pub default_inflight_producer: Option<PluginName>,
+    /// `LatencyPredictionInfo` by producer instance (absent when the predictor did not answer).
+    pub latency: Vec<(PluginName, Arc<LatencyPredictions>)>,
+    /// Which latency producer answers for consumers that name none.
+    pub default_latency_producer: Option<PluginName>,
     /// `peer-endpoint`: the endpoint already chosen for the other side of a P/D pair, set by
     /// `disagg-profile-handler` before it returns the profile that needs it (decode-first: the
     /// decode pick, seen by the prefill profile; prefill-first: the prefill pick, seen by the
@@ -76,6 +110,12 @@ impl RequestData {
     pub fn prefix(&self, producer: Option<&str>) -> Option<&Arc<PrefixMatches>> {
         let name = producer.or(self.default_prefix_producer.as_deref())?;
         self.prefix.iter().find(|(n, _)| &**n == name).map(|(_, m)| m)
+    }
+
+    /// Latency predictions from `producer` (None = the default producer).
+    pub fn latency(&self, producer: Option<&str>) -> Option<&Arc<LatencyPredictions>> {
+        let name = producer.or(self.default_latency_producer.as_deref())?;
+        self.latency.iter().find(|(n, _)| &**n == name).map(|(_, m)| m)
     }
 
     /// In-flight loads from `producer` (None = the default producer).

@@ -44,6 +44,8 @@ pub struct Scheduler {
     pub default_prefix_producer: Option<PluginName>,
     /// Default in-flight producer.
     pub default_inflight_producer: Option<PluginName>,
+    /// Default latency producer (set after `new` by the config builder).
+    pub default_latency_producer: Option<PluginName>,
     /// Metric handles.
     pub metrics: SchedulerMetrics,
     /// Saturation detector: sheds sheddable requests (legacy rule) or drives Flow Control.
@@ -79,6 +81,7 @@ impl Scheduler {
             response,
             default_prefix_producer,
             default_inflight_producer,
+            default_latency_producer: None,
             metrics,
             saturation: None,
             legacy_shedding: true,
@@ -97,6 +100,7 @@ impl Scheduler {
         let mut data = RequestData {
             default_prefix_producer: self.default_prefix_producer.clone(),
             default_inflight_producer: self.default_inflight_producer.clone(),
+            default_latency_producer: self.default_latency_producer.clone(),
             ..RequestData::default()
         };
         for p in &self.producers {

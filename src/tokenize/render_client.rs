@@ -14,7 +14,6 @@ use http_body_util::{BodyExt, Full};
 use hyper::{Method, Request, StatusCode};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use serde::Deserialize;
 
 use crate::request::openai::{ApiKind, BodyError, rewrite_model};
@@ -71,13 +70,7 @@ enum CompletionsAnswer {
 impl RenderClient {
     /// A client for `url` (e.g. `http://localhost:8000`) sending `model_name`.
     pub fn new(url: &str, model_name: &str, connect_timeout: Duration) -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(connect_timeout));
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(90))
-            .pool_max_idle_per_host(16)
-            .build(connector);
+        let client = crate::http_client::pooled(connect_timeout, 16);
         Self { client, base: url.trim_end_matches('/').to_string(), model_name: model_name.to_string() }
     }
 

@@ -5,6 +5,7 @@ pub mod concurrency;
 pub mod label_selector;
 pub mod prefix_affinity;
 pub mod role;
+pub mod slo_headroom_tier;
 pub mod utilization;
 
 #[cfg(test)]

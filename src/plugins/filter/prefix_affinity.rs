@@ -4,15 +4,17 @@
 //! With `ratio(e) = matchBlocks / totalBlocks`: at most one candidate -> all; with
 //! probability `explorationProbability` -> all; sticky = `ratio >= affinityThreshold`; none
 //! sticky -> all. When `maxTTFTPenaltyMs > 0` and some candidates are not sticky:
-//! `ttft(e) = inFlightTokens(e) / peakPrefillThroughput x 1000` ms; if
+//! `ttft(e) = inFlightTokens(e) / peakPrefillThroughput x 1000` ms (source
+//! `prefillThroughput`) or the predicted TTFT of `LatencyPredictionInfo` (source
+//! `latencyPredictor`; no prediction -> +inf); if
 //! `min(ttft(sticky)) - min(ttft(others)) > maxTTFTPenaltyMs` -> all, else the sticky ones.
 //!
 //! Parameters: `affinityThreshold` (0.80; <= 0 = no-op; > 1 rejected),
 //! `explorationProbability` (0, in [0, 1]), `maxTTFTPenaltyMs` (18000; 0 = always stick),
-//! `ttftSource` (`prefillThroughput`; `latencyPredictor` is not available in this build),
-//! `peakPrefillThroughput` (15928 tokens/s; > 0 when the penalty is on),
-//! `prefixMatchInfoProducerName`, `inFlightLoadProducerName`,
-//! `latencyPredictionInfoProducerName` ("" = defaults; the last is accepted and unused).
+//! `ttftSource` (`prefillThroughput` | `latencyPredictor`),
+//! `peakPrefillThroughput` (15928 tokens/s; > 0 when the penalty is on with the
+//! throughput source), `prefixMatchInfoProducerName`, `inFlightLoadProducerName`,
+//! `latencyPredictionInfoProducerName` ("" = defaults).
 
 use std::sync::Arc;
 
@@ -44,7 +46,7 @@ pub struct Params {
     pub peak_prefill_throughput: f64,
     /// Prefix producer.
     pub prefix_match_info_producer_name: String,
-    /// Latency producer (unused).
+    /// Latency producer.
     pub latency_prediction_info_producer_name: String,
     /// In-flight producer.
     pub in_flight_load_producer_name: String,
@@ -65,6 +67,15 @@ impl Default for Params {
     }
 }
 
+/// Where TTFT estimates come from.
+#[derive(Clone, Debug, PartialEq)]
+enum TtftSource {
+    /// In-flight tokens over the peak prefill throughput.
+    PrefillThroughput,
+    /// Predicted TTFT from a latency producer (None = the default one).
+    LatencyPredictor(Option<PluginName>),
+}
+
 /// The filter.
 #[derive(Debug)]
 pub struct PrefixAffinityFilter {
@@ -74,6 +85,7 @@ pub struct PrefixAffinityFilter {
     throughput: f64,
     prefix: Option<PluginName>,
     inflight: Option<PluginName>,
+    source: TtftSource,
 }
 
 /// Factory.
@@ -89,22 +101,17 @@ pub fn build(spec: &PluginSpec, _: &BuildContext) -> Result<PluginInstance, Buil
     if !(p.max_ttft_penalty_ms >= 0.0) {
         return Err(BuildError::new(at("maxTTFTPenaltyMs"), "must be >= 0"));
     }
-    match p.ttft_source.as_str() {
-        "prefillThroughput" => {}
-        "latencyPredictor" => {
-            return Err(BuildError::new(
-                at("ttftSource"),
-                "latencyPredictor is not available in this build; use prefillThroughput",
-            ));
-        }
+    let source = match p.ttft_source.as_str() {
+        "prefillThroughput" => TtftSource::PrefillThroughput,
+        "latencyPredictor" => TtftSource::LatencyPredictor(producer_name(p.latency_prediction_info_producer_name)),
         other => {
             return Err(BuildError::new(
                 at("ttftSource"),
                 format!("unknown source {other:?} (prefillThroughput or latencyPredictor)"),
             ));
         }
-    }
-    if p.max_ttft_penalty_ms > 0.0 && !(p.peak_prefill_throughput > 0.0) {
+    };
+    if source == TtftSource::PrefillThroughput && p.max_ttft_penalty_ms > 0.0 && !(p.peak_prefill_throughput > 0.0) {
         return Err(BuildError::new(at("peakPrefillThroughput"), "must be > 0 when maxTTFTPenaltyMs > 0"));
     }
     let f = Arc::new(PrefixAffinityFilter {
@@ -114,6 +121,7 @@ pub fn build(spec: &PluginSpec, _: &BuildContext) -> Result<PluginInstance, Buil
         throughput: p.peak_prefill_throughput,
         prefix: producer_name(p.prefix_match_info_producer_name),
         inflight: producer_name(p.in_flight_load_producer_name),
+        source,
     });
     Ok(PluginInstance::new(spec.name.clone(), TYPE).with_filter(f.clone()).with_consumer(f))
 }
@@ -122,7 +130,10 @@ impl Consumer for PrefixAffinityFilter {
     fn consumes(&self) -> Vec<DataKey> {
         let mut keys = vec![DataKey::PrefixCacheMatchInfo(self.prefix.clone())];
         if self.penalty_ms > 0.0 {
-            keys.push(DataKey::InFlightLoad(self.inflight.clone()));
+            keys.push(match &self.source {
+                TtftSource::PrefillThroughput => DataKey::InFlightLoad(self.inflight.clone()),
+                TtftSource::LatencyPredictor(name) => DataKey::LatencyPredictionInfo(name.clone()),
+            });
         }
         keys
     }
@@ -144,8 +155,15 @@ impl PrefixAffinityFilter {
             return false;
         }
         let loads = cx.data.inflight(self.inflight.as_deref());
-        let ttft = |c: &Candidate| {
-            loads.and_then(|l| l.per_endpoint.get(c.id())).map_or(0, |(_, t)| *t) as f64 / self.throughput * 1000.0
+        let predicted = match &self.source {
+            TtftSource::LatencyPredictor(name) => Some(cx.data.latency(name.as_deref())),
+            TtftSource::PrefillThroughput => None,
+        };
+        let ttft = |c: &Candidate| match predicted {
+            Some(p) => p.and_then(|p| p.per_endpoint.get(c.id())).map_or(f64::INFINITY, |p| p.ttft_ms),
+            None => {
+                loads.and_then(|l| l.per_endpoint.get(c.id())).map_or(0, |(_, t)| *t) as f64 / self.throughput * 1000.0
+            }
         };
         let min_of = |want: bool| {
             candidates
@@ -178,7 +196,9 @@ impl Filter for PrefixAffinityFilter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheduling::data::{InFlightLoads, MatchInfo, PrefixMatches, RequestData};
+    use crate::scheduling::data::{
+        InFlightLoads, LatencyPrediction, LatencyPredictions, MatchInfo, PrefixMatches, RequestData,
+    };
     use crate::test_util::{context_for, endpoint};
 
     fn data(inflight_tokens_a: u64) -> RequestData {
@@ -204,6 +224,7 @@ mod tests {
             throughput: 1000.0,
             prefix: None,
             inflight: None,
+            source: TtftSource::PrefillThroughput,
         }
     }
 
@@ -229,6 +250,31 @@ mod tests {
     }
 
     #[test]
+    fn latency_predictor_source_uses_predicted_ttft() {
+        let mut d = data(0);
+        let mut l = LatencyPredictions::default();
+        let p = |ttft_ms| LatencyPrediction { ttft_ms, ..Default::default() };
+        l.per_endpoint.insert("a".into(), p(25_000.0));
+        l.per_endpoint.insert("b".into(), p(1_000.0));
+        d.latency = vec![("lp".into(), Arc::new(l))];
+        d.default_latency_producer = Some("lp".into());
+        let mut f = filter(18_000.0);
+        f.source = TtftSource::LatencyPredictor(None);
+        // a (sticky) predicted 24 s slower than b: everyone stays.
+        assert_eq!(kept(&f, &d), ["a", "b", "c"]);
+        Arc::make_mut(&mut d.latency[0].1).per_endpoint.insert("a".into(), p(5_000.0));
+        assert_eq!(kept(&f, &d), ["a"]);
+        // Only the sticky endpoint has a prediction: the others count as +inf, so it sticks.
+        Arc::make_mut(&mut d.latency[0].1).per_endpoint.remove("b");
+        assert_eq!(kept(&f, &d), ["a"]);
+        // No prediction for the sticky endpoint: +inf - 1000 > penalty -> all.
+        let mut only_b = LatencyPredictions::default();
+        only_b.per_endpoint.insert("b".into(), p(1_000.0));
+        d.latency[0].1 = Arc::new(only_b);
+        assert_eq!(kept(&f, &d), ["a", "b", "c"]);
+    }
+
+    #[test]
     fn parameter_ranges() {
         let spec =
             |v| PluginSpec { name: "f".into(), type_name: TYPE.into(), parameters: v, path: "plugins[7]".into() };
@@ -239,6 +285,9 @@ mod tests {
             "plugins[7].parameters.explorationProbability"
         );
         assert_eq!(err(serde_json::json!({"peakPrefillThroughput": 0})), "plugins[7].parameters.peakPrefillThroughput");
+        assert_eq!(err(serde_json::json!({"ttftSource": "oracle"})), "plugins[7].parameters.ttftSource");
+        let predictor = serde_json::json!({"ttftSource": "latencyPredictor", "peakPrefillThroughput": 0});
+        assert!(build(&spec(predictor), &BuildContext::default()).is_ok());
         assert!(
             build(
                 &spec(serde_json::json!({"peakPrefillThroughput": 20000, "maxTTFTPenaltyMs": 5000})),

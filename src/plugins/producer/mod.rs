@@ -6,5 +6,6 @@ pub mod approx_prefix;
 pub mod inflight;
 pub mod passive;
 pub mod precise_prefix;
+pub mod predicted_latency;
 pub mod prefix_source;
 pub mod token;

@@ -4,6 +4,7 @@
 pub mod active_request;
 pub mod context_length;
 pub mod kv_utilization;
+pub mod latency;
 pub mod load_aware;
 pub mod lora;
 pub mod no_hit_lru;

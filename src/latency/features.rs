@@ -1,0 +1,87 @@
+//! What the predictor is asked and how its answer becomes `LatencyPredictionInfo`: the
+//! features of each candidate (metrics snapshot and prompt length) and the request's SLOs
+//! (`x-slo-ttft-ms`, `x-slo-tpot-ms`, llm-d spellings `x-llm-d-slo-ttft-ms`,
+//! `x-llm-d-slo-tpot-ms`; absent, unparsable, negative or non-finite = 0 ms).
+
+use super::wire::{Features, Prediction};
+use crate::endpoints::model::Candidate;
+use crate::request::InferenceRequest;
+use crate::scheduling::data::LatencyPrediction;
+
+/// TTFT SLO headers, in order of preference.
+pub const SLO_TTFT_HEADERS: &[&str] = &["x-slo-ttft-ms", "x-llm-d-slo-ttft-ms"];
+/// TPOT SLO headers, in order of preference.
+pub const SLO_TPOT_HEADERS: &[&str] = &["x-slo-tpot-ms", "x-llm-d-slo-tpot-ms"];
+
+/// Prompt length in tokens: the tokenize step's count, else GIE's estimate (body bytes / 4,
+/// at least 1).
+pub fn input_tokens(request: &InferenceRequest) -> u64 {
+    match &request.tokens {
+        Some(t) => t.len() as u64,
+        None => (request.body_len as u64 / 4).max(1),
+    }
+}
+
+/// Features of `candidate` for `request` before dispatch. The prefix-cache score is 0: the
+/// prediction call runs before the prefix producers (see the module docs of `latency`).
+pub fn features(input_tokens: u64, candidate: &Candidate) -> Features {
+    let m = &candidate.metrics.metrics;
+    let kv = if m.kv_cache_usage.is_finite() { m.kv_cache_usage.clamp(0.0, 1.0) } else { 0.0 };
+    Features {
+        kv_cache_percentage: kv,
+        input_token_length: input_tokens,
+        num_request_waiting: m.waiting_queue_size,
+        num_request_running: m.running_requests,
+        num_tokens_generated: 0,
+        prefix_cache_score: 0.0,
+    }
+}
+
+/// A millisecond SLO from the first present header of `names` (0 when none is usable).
+pub fn slo_ms(request: &InferenceRequest, names: &[&str]) -> f64 {
+    request
+        .headers
+        .get_any(names)
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|v| v.is_finite() && *v >= 0.0)
+        .unwrap_or(0.0)
+}
+
+/// Headroom of one prediction against the request's SLOs; the TPOT SLO is multiplied by
+/// `tpot_buffer_factor` (GIE `SLO_BUFFER_FACTOR`).
+pub fn with_headroom(p: Prediction, ttft_slo_ms: f64, tpot_slo_ms: f64, tpot_buffer_factor: f64) -> LatencyPrediction {
+    LatencyPrediction {
+        ttft_ms: p.ttft_ms,
+        tpot_ms: p.tpot_ms,
+        ttft_headroom_ms: ttft_slo_ms - p.ttft_ms,
+        tpot_headroom_ms: tpot_slo_ms * tpot_buffer_factor - p.tpot_ms,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_util::{chat_request, endpoint};
+
+    fn hdr(k: &str, v: &str) -> crate::request::headers::RequestHeaders {
+        crate::request::headers::RequestHeaders { all: vec![(k.into(), v.into())] }
+    }
+
+    #[test]
+    fn slo_headers_and_features() {
+        let mut r = chat_request("m", &["hi"]);
+        assert_eq!(slo_ms(&r, SLO_TTFT_HEADERS), 0.0);
+        r.headers = hdr("x-llm-d-slo-ttft-ms", "250");
+        assert_eq!(slo_ms(&r, SLO_TTFT_HEADERS), 250.0);
+        r.headers = hdr("x-slo-ttft-ms", "-3");
+        assert_eq!(slo_ms(&r, SLO_TTFT_HEADERS), 0.0, "negative SLO ignored");
+        r.headers = hdr("x-slo-ttft-ms", "NaN");
+        assert_eq!(slo_ms(&r, SLO_TTFT_HEADERS), 0.0, "NaN ignored");
+        let c = endpoint("a").waiting(3).running(2).kv_usage(1.7).build();
+        let f = features(100, &c);
+        assert_eq!((f.num_request_waiting, f.num_request_running, f.kv_cache_percentage), (3, 2, 1.0));
+        let h = with_headroom(Prediction { ttft_ms: 80.0, tpot_ms: 10.0 }, 200.0, 20.0, 0.5);
+        assert_eq!((h.ttft_headroom_ms, h.tpot_headroom_ms), (120.0, 0.0));
+        assert!(h.meets_slo());
+    }
+}
