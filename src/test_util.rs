@@ -64,6 +64,12 @@ impl EndpointBuilder {
     pub fn role(self, role: &str) -> Self {
         self.label(ROLE_LABEL, role)
     }
+    /// Sets the address and port (`ip` must parse).
+    pub fn at(mut self, ip: &str, port: u16) -> Self {
+        self.endpoint.address = ip.parse().expect("test address");
+        self.endpoint.port = port;
+        self
+    }
     /// The endpoint only.
     pub fn endpoint(self) -> Endpoint {
         self.endpoint

@@ -316,6 +316,7 @@ pub fn builtin() -> Registry {
         .add(filter::by_label::TYPE, filter::by_label::build)
         .add(filter::prefix_affinity::TYPE, filter::prefix_affinity::build)
         .add(filter::concurrency::TYPE, filter::concurrency::build)
+        .add(filter::header_testing::TYPE, filter::header_testing::build)
         .add(filter::slo_headroom_tier::TYPE, filter::slo_headroom_tier::build)
         .add(scorer::latency::TYPE, scorer::latency::build)
         .add(producer::predicted_latency::TYPE, producer::predicted_latency::build)

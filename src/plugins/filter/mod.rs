@@ -2,6 +2,7 @@
 
 pub mod by_label;
 pub mod concurrency;
+pub mod header_testing;
 pub mod label_selector;
 pub mod prefix_affinity;
 pub mod role;
