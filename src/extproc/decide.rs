@@ -14,9 +14,9 @@ use rand::seq::IndexedRandom;
 use super::error::ExtProcError;
 use crate::endpoints::model::Candidate;
 use crate::endpoints::store::EndpointStore;
-use crate::request::InferenceRequest;
 use crate::request::headers::{self, RequestHeaders, SUBSET_HINT_KEY, SUBSET_HINT_NAMESPACE};
 use crate::request::openai::{ApiKind, parse_body, rewrite_model};
+use crate::request::{InferenceRequest, ServedEndpoint};
 use crate::scheduling::scheduler::{Decision, Scheduler};
 
 /// Path suffixes whose bodies epp understands; anything else is passed through unparsed.
@@ -132,6 +132,17 @@ pub fn subset_hint(metadata: &HashMap<String, Struct>) -> Option<Vec<String>> {
     Some(list)
 }
 
+/// The served endpoint reported in a response message's metadata.
+pub fn served_endpoint(metadata: Option<&HashMap<String, Struct>>) -> ServedEndpoint {
+    let Some(lb) = metadata.and_then(|m| m.get(headers::LB_METADATA_NAMESPACE)) else {
+        return ServedEndpoint::NoLbMetadata;
+    };
+    match lb.fields.get(headers::DESTINATION_ENDPOINT_SERVED).and_then(|v| v.kind.as_ref()) {
+        Some(Kind::StringValue(s)) => ServedEndpoint::Endpoint(s.clone()),
+        _ => ServedEndpoint::NoServedKey,
+    }
+}
+
 /// Parses the address part of `ip:port`, `[v6]:port`, `ip` or `v6`.
 fn hint_ip(entry: &str) -> Option<IpAddr> {
     if let Ok(ip) = entry.parse::<IpAddr>() {
@@ -155,6 +166,28 @@ pub fn restrict_to_subset(candidates: Vec<Candidate>, hint: &[String]) -> Vec<Ca
 mod tests {
     use super::*;
     use crate::test_util::endpoint;
+
+    #[test]
+    fn served_endpoint_distinguishes_missing_namespace_key_and_value() {
+        use prost_types::Value;
+        let lb = |fields: Vec<(&str, Value)>| {
+            let fields = fields.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+            HashMap::from([(headers::LB_METADATA_NAMESPACE.to_string(), Struct { fields })])
+        };
+        let s = |v: &str| Value { kind: Some(Kind::StringValue(v.into())) };
+        assert_eq!(served_endpoint(None), ServedEndpoint::NoLbMetadata);
+        assert_eq!(served_endpoint(Some(&HashMap::new())), ServedEndpoint::NoLbMetadata);
+        assert_eq!(served_endpoint(Some(&lb(vec![("other", s("x"))]))), ServedEndpoint::NoServedKey);
+        let number = Value { kind: Some(Kind::NumberValue(1.0)) };
+        assert_eq!(
+            served_endpoint(Some(&lb(vec![(headers::DESTINATION_ENDPOINT_SERVED, number)]))),
+            ServedEndpoint::NoServedKey
+        );
+        assert_eq!(
+            served_endpoint(Some(&lb(vec![(headers::DESTINATION_ENDPOINT_SERVED, s("10.0.0.1:3000"))]))),
+            ServedEndpoint::Endpoint("10.0.0.1:3000".into())
+        );
+    }
 
     #[test]
     fn subset_matches_by_ip_in_every_spelling() {

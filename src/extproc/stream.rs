@@ -148,7 +148,13 @@ impl StreamProcessor {
             Some(Request::RequestHeaders(h)) => self.on_request_headers(h.headers.as_ref(), h.end_of_stream).await,
             Some(Request::RequestBody(b)) => self.on_request_body(b.body, b.end_of_stream).await,
             Some(Request::RequestTrailers(_)) => self.on_request_trailers().await,
-            Some(Request::ResponseHeaders(h)) => self.on_response_headers(h.headers.as_ref(), h.end_of_stream),
+            Some(Request::ResponseHeaders(h)) => {
+                if let Some(s) = &mut self.scheduled {
+                    s.request.served =
+                        super::decide::served_endpoint(msg.metadata_context.as_ref().map(|m| &m.filter_metadata));
+                }
+                self.on_response_headers(h.headers.as_ref(), h.end_of_stream)
+            }
             Some(Request::ResponseBody(b)) => self.on_response_body(b.body, b.end_of_stream),
             Some(Request::ResponseTrailers(_)) => {
                 self.complete();

@@ -11,6 +11,7 @@ pub mod producer;
 pub mod profile_handler;
 pub mod registry;
 pub mod scorer;
+pub mod served_verifier;
 
 use std::fmt;
 use std::sync::Arc;

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use prometheus::{IntCounterVec, IntGaugeVec};
 use serde::de::DeserializeOwned;
 
-use super::{PluginInstance, PluginName, decider, filter, picker, producer, profile_handler, scorer};
+use super::{PluginInstance, PluginName, decider, filter, picker, producer, profile_handler, scorer, served_verifier};
 use crate::endpoints::store::EndpointStore;
 use crate::telemetry::twin::{RATIO_BUCKETS, TwinGaugeVec, TwinHistogramVec};
 
@@ -317,6 +317,7 @@ pub fn builtin() -> Registry {
         .add(filter::prefix_affinity::TYPE, filter::prefix_affinity::build)
         .add(filter::concurrency::TYPE, filter::concurrency::build)
         .add(filter::header_testing::TYPE, filter::header_testing::build)
+        .add(served_verifier::TYPE, served_verifier::build)
         .add(filter::slo_headroom_tier::TYPE, filter::slo_headroom_tier::build)
         .add(scorer::latency::TYPE, scorer::latency::build)
         .add(producer::predicted_latency::TYPE, producer::predicted_latency::build)

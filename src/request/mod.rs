@@ -36,4 +36,20 @@ pub struct InferenceRequest {
     /// instance (absent when the predictor did not answer); the producer copies them into
     /// the request data.
     pub predicted: Vec<(std::sync::Arc<str>, std::sync::Arc<crate::latency::Predicted>)>,
+    /// What the gateway's response-headers message said about the endpoint that served the
+    /// request (`envoy.lb` metadata); set just before the response hooks run.
+    pub served: ServedEndpoint,
+}
+
+/// The served endpoint the gateway reports on the response path, in `metadata_context`
+/// `filter_metadata["envoy.lb"]["x-gateway-destination-endpoint-served"]`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum ServedEndpoint {
+    /// No `envoy.lb` metadata on the response (or no response yet).
+    #[default]
+    NoLbMetadata,
+    /// `envoy.lb` present without the served key (or with a non-string value).
+    NoServedKey,
+    /// The served endpoint, as the gateway wrote it (`ip:port`).
+    Endpoint(String),
 }
