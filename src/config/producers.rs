@@ -2,7 +2,7 @@
 //! none binds the default producer of that kind, created automatically when absent
 //! (`approx-prefix-cache-producer` for prefix matches, `token-producer` with the `estimate`
 //! backend for tokens, `inflight-load-producer` for load, `predicted-latency-producer` for
-//! latency predictions). A named producer must exist and
+//! latency predictions, `session-id-producer` for session ids). A named producer must exist and
 //! produce that key. Producers then run in dependency order; a cycle is an error.
 
 use super::error::{ConfigError, closest};
@@ -30,6 +30,7 @@ fn default_type(key: &DataKey) -> &'static str {
         DataKey::PrefixCacheMatchInfo(_) => "approx-prefix-cache-producer",
         DataKey::InFlightLoad(_) => "inflight-load-producer",
         DataKey::LatencyPredictionInfo(_) => "predicted-latency-producer",
+        DataKey::SessionId => "session-id-producer",
     }
 }
 
@@ -40,6 +41,7 @@ fn kind(key: &DataKey) -> DataKey {
         DataKey::PrefixCacheMatchInfo(_) => DataKey::PrefixCacheMatchInfo(None),
         DataKey::InFlightLoad(_) => DataKey::InFlightLoad(None),
         DataKey::LatencyPredictionInfo(_) => DataKey::LatencyPredictionInfo(None),
+        DataKey::SessionId => DataKey::SessionId,
     }
 }
 
@@ -51,8 +53,8 @@ pub(crate) fn plan(
     errors: &mut Vec<ConfigError>,
 ) -> ProducerPlan {
     let mut plan = ProducerPlan::default();
-    // Bounded fixpoint: each round may inject one default producer per kind (4 kinds).
-    for _ in 0..5 {
+    // Bounded fixpoint: each round may inject one default producer per kind (5 kinds).
+    for _ in 0..6 {
         let mut needed: Vec<(String, DataKey)> = Vec::new();
         for (spec, inst) in &instances.items {
             let consumed =

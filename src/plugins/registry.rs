@@ -308,6 +308,7 @@ pub fn builtin() -> Registry {
         .add(scorer::precise_prefix::TYPE, scorer::precise_prefix::build)
         .add(producer::token::TYPE, producer::token::build)
         .add(producer::inflight::TYPE, producer::inflight::build)
+        .add(producer::session_id::TYPE, producer::session_id::build)
         .add(filter::utilization::TYPE, filter::utilization::build)
         .add(filter::role::DECODE, filter::role::build_decode)
         .add(filter::role::PREFILL, filter::role::build_prefill)

@@ -19,6 +19,8 @@ pub enum DataKey {
     InFlightLoad(Option<PluginName>),
     /// `LatencyPredictionInfo` from a named `predicted-latency-producer`.
     LatencyPredictionInfo(Option<PluginName>),
+    /// `SessionID`: the request's session id (one per request; default `session-id-producer`).
+    SessionId,
 }
 
 /// Read-only view handed to every plugin call.

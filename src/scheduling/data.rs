@@ -98,6 +98,8 @@ pub struct RequestData {
     /// decode pick, seen by the prefill profile; prefill-first: the prefill pick, seen by the
     /// decode profile). Set at most once per request; read with `peer_endpoint()`.
     pub peer_endpoint: OnceLock<Candidate>,
+    /// `SessionID` (from `session-id-producer`; `None` = no session).
+    pub session_id: Option<Arc<str>>,
 }
 
 impl RequestData {

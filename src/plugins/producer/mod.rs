@@ -8,4 +8,5 @@ pub mod passive;
 pub mod precise_prefix;
 pub mod predicted_latency;
 pub mod prefix_source;
+pub mod session_id;
 pub mod token;
