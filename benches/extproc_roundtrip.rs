@@ -7,41 +7,11 @@ use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use epp::app::{App, Settings};
+use epp::bench::extproc::args::BodyMode;
+use epp::bench::extproc::workload;
 use epp::bench::synthetic;
-use epp::proto::envoy::config::core::v3::{HeaderMap, HeaderValue};
 use epp::proto::ext_proc::external_processor_client::ExternalProcessorClient;
-use epp::proto::ext_proc::processing_request::Request;
-use epp::proto::ext_proc::{HttpBody, HttpHeaders, ProcessingRequest, ProtocolConfiguration};
 use tokio_stream::StreamExt;
-
-fn headers(mode: i32) -> ProcessingRequest {
-    let map = HeaderMap {
-        headers: [(":path", "/v1/chat/completions"), (":method", "POST")]
-            .iter()
-            .map(|(k, v)| HeaderValue { key: k.to_string(), value: String::new(), raw_value: v.as_bytes().to_vec() })
-            .collect(),
-    };
-    ProcessingRequest {
-        request: Some(Request::RequestHeaders(HttpHeaders {
-            headers: Some(map),
-            end_of_stream: false,
-            ..Default::default()
-        })),
-        protocol_config: Some(ProtocolConfiguration {
-            request_body_mode: mode,
-            response_body_mode: mode,
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-fn body(bytes: &[u8]) -> ProcessingRequest {
-    ProcessingRequest {
-        request: Some(Request::RequestBody(HttpBody { body: bytes.to_vec(), end_of_stream: true })),
-        ..Default::default()
-    }
-}
 
 fn bench(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
@@ -59,11 +29,14 @@ fn bench(c: &mut Criterion) {
     let mut client =
         rt.block_on(ExternalProcessorClient::connect(format!("http://{}", app.grpc_addr))).expect("connect");
     let payload = synthetic::chat_body(10_000, 1, 1);
-    for (name, mode, replies) in [("full_duplex_10KB", 4, 2usize), ("buffered_10KB", 2, 2usize)] {
+    for (name, mode, replies) in
+        [("full_duplex_10KB", BodyMode::FullDuplex, 2usize), ("buffered_10KB", BodyMode::Buffered, 2)]
+    {
         c.bench_function(name, |b| {
             b.iter(|| {
                 rt.block_on(async {
-                    let msgs = vec![headers(mode), body(&payload)];
+                    // Headers, then the whole body in one message (as Envoy sends 10 KB).
+                    let msgs = workload::sequence(mode, &payload, usize::MAX);
                     let mut stream = client.process(tokio_stream::iter(msgs)).await.expect("stream").into_inner();
                     for _ in 0..replies {
                         stream.next().await.expect("reply").expect("ok");
