@@ -131,28 +131,11 @@ pub async fn run_central(
     attribution: Arc<ArcSwap<Attribution>>,
     cancel: CancellationToken,
 ) {
-    let mut monitor = sock.monitor();
-    loop {
-        let msg = tokio::select! {
-            biased;
-            _ = cancel.cancelled() => break,
-            Some(e) = monitor.next() => {
-                peer_event(&intake.metrics, None, &e, "connected");
-                continue;
-            }
-            m = sock.recv() => m,
-        };
-        match msg {
-            Ok(m) => intake.accept(m, |f| {
-                let pod = pod_address(topic(&f.topic).pod)?;
-                attribution.load().get(&pod).cloned()
-            }),
-            Err(e) => {
-                intake.metrics.zmq_errors.with_label_values(&["recv"]).inc();
-                tracing::debug!(error = %e, "KV event receive error (peer dropped)");
-            }
-        }
-    }
+    let attribute = |f: &frames::Frames| {
+        let pod = pod_address(topic(&f.topic).pod)?;
+        attribution.load().get(&pod).cloned()
+    };
+    read_until_cancelled(&mut sock, &intake, None, "connected", &cancel, |m| intake.accept(m, attribute)).await;
     intake.metrics.active_subscribers.dec();
 }
 
@@ -191,27 +174,43 @@ async fn run_source(
     tracing::info!(endpoint = %src.name, dial, "KV event subscriber connected");
     intake.metrics.active_subscribers.inc();
     intake.metrics.peer_events.with_label_values(&["connected"]).inc();
-    // Registered after the first connect: any later `Connected` is a reconnection.
+    // The monitor starts after the first connect: any later `Connected` is a reconnection.
+    let name = src.name.clone();
+    let on_message = |m| intake.accept(m, |_| Some(src.clone()));
+    read_until_cancelled(&mut sock, &intake, Some(&name), "reconnected", &cancel, on_message).await;
+    intake.metrics.active_subscribers.dec();
+}
+
+/// Reads `sock` until `cancel`: messages go to `on_message`, the socket monitor's events to
+/// `epp_kv_peer_events_total` (a new connection counted as `connected_as`), and receive errors
+/// (a peer dropped) are counted and survived.
+async fn read_until_cancelled(
+    sock: &mut SubSocket,
+    intake: &Intake,
+    endpoint: Option<&str>,
+    connected_as: &'static str,
+    cancel: &CancellationToken,
+    mut on_message: impl FnMut(zeromq::ZmqMessage),
+) {
     let mut monitor = sock.monitor();
     loop {
         let msg = tokio::select! {
             biased;
-            _ = cancel.cancelled() => break,
+            _ = cancel.cancelled() => return,
             Some(e) = monitor.next() => {
-                peer_event(&intake.metrics, Some(&src.name), &e, "reconnected");
+                peer_event(&intake.metrics, endpoint, &e, connected_as);
                 continue;
             }
             m = sock.recv() => m,
         };
         match msg {
-            Ok(m) => intake.accept(m, |_| Some(src.clone())),
+            Ok(m) => on_message(m),
             Err(e) => {
                 intake.metrics.zmq_errors.with_label_values(&["recv"]).inc();
-                tracing::debug!(endpoint = %src.name, error = %e, "KV event receive error");
+                tracing::debug!(endpoint, error = %e, "KV event receive error (peer dropped)");
             }
         }
     }
-    intake.metrics.active_subscribers.dec();
 }
 
 /// Counts one socket monitor event; `connected_as` names a new connection
