@@ -237,10 +237,12 @@ impl StreamProcessor {
         if let (Some(tokenizer), Some(parsed)) = (tokenizer, &prepared.request.body) {
             prepared.request.tokens = tokenizer.tokenize(&prepared.request.target_model, parsed, body.clone()).await;
         }
-        self.predict_latency(&mut prepared.request).await;
+        // Admission first (Flow Control is layer 0): predictions made after a wait in the queue
+        // reflect the load at dispatch.
         if let Some(error) = self.admit(&prepared.request).await {
             return self.fail(error);
         }
+        self.predict_latency(&mut prepared.request).await;
         let outcome = if large {
             let (shared, metadata) = (self.shared.clone(), self.metadata.clone());
             let joined = tokio::task::spawn_blocking(move || {
