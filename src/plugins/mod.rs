@@ -280,37 +280,18 @@ impl PluginInstance {
 
     /// Human-readable list of roles, for errors ("scorer, pre-request").
     pub fn roles(&self) -> String {
-        let mut r = Vec::new();
-        if self.profile_handler.is_some() {
-            r.push("profile handler")
-        }
-        if self.filter.is_some() {
-            r.push("filter")
-        }
-        if self.scorer.is_some() {
-            r.push("scorer")
-        }
-        if self.picker.is_some() {
-            r.push("picker")
-        }
-        if self.producer.is_some() {
-            r.push("data producer")
-        }
-        if self.pre_request.is_some() {
-            r.push("pre-request hook")
-        }
-        if self.response.is_some() {
-            r.push("response hook")
-        }
-        if self.saturation.is_some() {
-            r.push("saturation detector")
-        }
-        if self.decider.is_some() {
-            r.push("decider")
-        }
-        if self.passive {
-            r.push("data-layer/policy plugin")
-        }
-        r.join(", ")
+        let roles = [
+            (self.profile_handler.is_some(), "profile handler"),
+            (self.filter.is_some(), "filter"),
+            (self.scorer.is_some(), "scorer"),
+            (self.picker.is_some(), "picker"),
+            (self.producer.is_some(), "data producer"),
+            (self.pre_request.is_some(), "pre-request hook"),
+            (self.response.is_some(), "response hook"),
+            (self.saturation.is_some(), "saturation detector"),
+            (self.decider.is_some(), "decider"),
+            (self.passive, "data-layer/policy plugin"),
+        ];
+        roles.iter().filter(|(has, _)| *has).map(|(_, name)| *name).collect::<Vec<_>>().join(", ")
     }
 }
