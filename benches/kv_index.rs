@@ -117,41 +117,54 @@ fn apply_benches(c: &mut Criterion) {
     });
 }
 
-/// Request-key mode memory: ~2M (block, endpoint) entries stored from `BlockStored`
-/// events with tokens (16 blocks each, on 1-3 of 64 endpoints); key tables plus
-/// the engine-hash maps, per entry.
-fn request_mode_memory() {
+/// Request-key mode memory: (block, endpoint) entries stored from `BlockStored`
+/// events with tokens (16 blocks each, on 1 to `max_holders` of 64 endpoints), up to ~10M;
+/// key tables plus the engine maps, per entry, printed at each million (the
+/// tables grow in steps, so the cost per entry depends on where the count
+/// falls) and summarised as min / mean / max.
+fn request_mode_memory(max_holders: u64) {
     let idx = PrefixIndex::new(IndexConfig {
         key_mode: KeyMode::Request { keyer: RequestKeyer::default(), block_size: 16 },
         capacity: 1 << 24,
         ..IndexConfig::default()
     });
     let mut rng = 5u64;
-    for chain in 0..60_000u64 {
+    let mut next_report = 1_000_000;
+    let mut totals = Vec::new();
+    for chain in 0..(660_000 / (1 + max_holders)) {
         let tokens: Vec<u32> = (0..256).map(|_| (splitmix(&mut rng) % 100_000) as u32).collect();
         let ev = KvEvent::BlockStored(BlockStored {
-            block_hashes: (0..16).map(|j| chain * 16 + j + 1).collect(),
+            block_hashes: (0..16).map(|j| splitmix(&mut rng) ^ (chain * 16 + j)).collect(),
             token_ids: tokens,
             block_size: 16,
             ..BlockStored::default()
         });
         let batch = EventBatch { events: vec![ev], ..EventBatch::default() };
-        for _ in 0..1 + splitmix(&mut rng) % 3 {
+        for _ in 0..1 + splitmix(&mut rng) % max_holders {
             idx.apply(&format!("pod-{}", splitmix(&mut rng) % 64), "m", &batch);
         }
+        let entries = idx.entries();
+        if entries >= next_report {
+            next_report += 1_000_000;
+            let e = entries as f64;
+            let (table, total) = (idx.table_bytes() as f64 / e, idx.approx_bytes() as f64 / e);
+            totals.push(total);
+            println!(
+                "kv_index: request-key mode holders=1-{max_holders} entries={entries} table_bytes_per_entry={table:.1} engine_map_bytes_per_entry={:.1} total_bytes_per_entry={total:.1}",
+                total - table
+            );
+        }
     }
-    let entries = idx.entries() as f64;
+    let mean = totals.iter().sum::<f64>() / totals.len().max(1) as f64;
+    let (min, max) = totals.iter().fold((f64::MAX, 0f64), |(lo, hi), t| (lo.min(*t), hi.max(*t)));
     println!(
-        "kv_index: request-key mode entries={} table_bytes_per_entry={:.1} engine_map_bytes_per_entry={:.1} total_bytes_per_entry={:.1}",
-        idx.entries(),
-        idx.table_bytes() as f64 / entries,
-        (idx.approx_bytes() - idx.table_bytes()) as f64 / entries,
-        idx.approx_bytes() as f64 / entries
+        "kv_index: request-key mode holders=1-{max_holders} total_bytes_per_entry min={min:.1} mean={mean:.1} max={max:.1}"
     );
 }
 
 fn lookup_benches(c: &mut Criterion) {
-    request_mode_memory();
+    request_mode_memory(3);
+    request_mode_memory(1);
     let t0 = Instant::now();
     let (idx, chains) = big_index();
     println!(

@@ -46,6 +46,9 @@ pub struct KvCacheMetrics {
     pub index_bytes: IntGauge,
     /// `epp_kv_index_evictions`: keys evicted for capacity since start.
     pub index_evictions: IntGauge,
+    /// `epp_kv_index_ambiguous_refs`: engine-map key references that matched
+    /// several keys of one source since start (request-key mode).
+    pub index_ambiguous_refs: IntGauge,
     /// `epp_kv_lookup_duration_seconds`.
     pub lookup_latency: Histogram,
     /// `epp_kv_lookup_blocks_total`: blocks asked for in lookups.
@@ -98,6 +101,13 @@ impl KvCacheMetrics {
             index_entries: reg(r, IntGauge::new("epp_kv_index_entries", "(block, endpoint, tier) entries")?)?,
             index_bytes: reg(r, IntGauge::new("epp_kv_index_bytes", "Approximate index heap bytes")?)?,
             index_evictions: reg(r, IntGauge::new("epp_kv_index_evictions", "Keys evicted for capacity")?)?,
+            index_ambiguous_refs: reg(
+                r,
+                IntGauge::new(
+                    "epp_kv_index_ambiguous_refs",
+                    "Engine-map key references that matched several keys held by one source (all released)",
+                )?,
+            )?,
             lookup_latency: reg(
                 r,
                 Histogram::with_opts(

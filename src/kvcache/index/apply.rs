@@ -16,8 +16,9 @@
 //! mamba …), `block_size` 0, and spans whose tokens do not fill exactly one
 //! block per hash.
 
+use super::engine_map::EngineMap;
 use super::holder::EndpointId;
-use super::table::{AddMode, RemoveMode};
+use super::table::{AddMode, RemoveMode, key_ref};
 use super::{KeyMode, PrefixIndex, write};
 use crate::kvcache::events::{BlockRemoved, BlockStored, EventBatch, EventKind, ExtraKey, KvEvent};
 use crate::kvcache::keys::align_blocks;
@@ -160,11 +161,17 @@ impl PrefixIndex {
             // Tier move (e.g. GPU -> CPU offload): resolve known hashes.
             let mut any = false;
             for h in &s.block_hashes {
-                let Some(keys) = map.keys(*h) else { continue };
-                if let Some(keys) = map.hold(*h, keys.as_slice(), tier, cap) {
-                    keys.as_slice().iter().for_each(|k| self.add(*k, ep, tier, AddMode::Counted));
-                }
+                let Some((from, refs)) = map.refs(*h) else { continue };
                 any = true;
+                if map.holds(*h, tier) {
+                    continue;
+                }
+                let keys: Option<Vec<u64>> = refs.as_slice().iter().map(|r| self.resolve_ref(*r, ep, from)).collect();
+                if let Some(keys) = keys
+                    && map.hold(*h, refs.as_slice(), tier, cap)
+                {
+                    keys.iter().for_each(|k| self.add(*k, ep, tier, AddMode::Counted));
+                }
             }
             stats.stored_blocks += s.block_hashes.len() as u64;
             return if any { EventOutcome::Applied } else { EventOutcome::UnknownBlock };
@@ -178,7 +185,7 @@ impl PrefixIndex {
         }
         let parent = match s.parent_block_hash {
             None => keyer.root(s.lora_name.as_deref().filter(|l| !l.is_empty()).unwrap_or(model)),
-            Some(p) => match map.last_request_key(p) {
+            Some(p) => match self.parent_key(&map, ep, p) {
                 Some(k) => k,
                 None => return EventOutcome::UnknownParent,
             },
@@ -193,13 +200,23 @@ impl PrefixIndex {
                 per_engine[e].push(req[r]);
             }
         }
+        let mut refs = Vec::new();
         for (h, keys) in s.block_hashes.iter().zip(&per_engine) {
-            if let Some(held) = map.hold(*h, keys, tier, cap) {
-                held.as_slice().iter().for_each(|k| self.add(*k, ep, tier, AddMode::Counted));
+            refs.clear();
+            refs.extend(keys.iter().map(|k| key_ref(*k)));
+            if map.hold(*h, &refs, tier, cap) {
+                keys.iter().for_each(|k| self.add(*k, ep, tier, AddMode::Counted));
             }
         }
         stats.stored_blocks += s.block_hashes.len() as u64;
         EventOutcome::Applied
+    }
+
+    /// The request key of the last epp block of engine block `parent`, found
+    /// through the source's engine map and the key table.
+    fn parent_key(&self, map: &EngineMap, ep: EndpointId, parent: u64) -> Option<u64> {
+        let (tier, refs) = map.refs(parent)?;
+        self.resolve_ref(*refs.as_slice().last()?, ep, tier)
     }
 
     fn apply_removed(&self, ep: EndpointId, rank: u32, r: &BlockRemoved, stats: &mut ApplyStats) -> EventOutcome {
@@ -214,11 +231,9 @@ impl PrefixIndex {
         let Some(mut map) = self.engine_maps.get_mut(&(ep, rank)) else { return EventOutcome::UnknownBlock };
         let mut any = false;
         for h in &r.block_hashes {
-            if let Some(keys) = map.release(*h, tier) {
+            if let Some(refs) = map.release(*h, tier) {
                 any = true;
-                for k in keys.as_slice() {
-                    write(&self.shard(*k).table).remove(*k, ep, tier, RemoveMode::Release);
-                }
+                refs.as_slice().iter().for_each(|kref| self.release_ref(*kref, ep, tier));
             }
         }
         if any { EventOutcome::Applied } else { EventOutcome::UnknownBlock }

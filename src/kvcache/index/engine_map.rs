@@ -1,19 +1,36 @@
-//! Engine hash -> request keys, per source `(endpoint, data-parallel rank)`.
+//! Engine hash -> request-key references, per source `(endpoint, data-parallel rank)`.
 //!
 //! Only used when the index is keyed on epp's request keys: a `BlockStored`
 //! whose parent is an engine hash needs the request key of that parent, and
 //! a `BlockRemoved` names engine hashes whose request keys must be released.
 //! Mappings are kept per tier, so a repeated `BlockStored` of the same hash
 //! and tier is an idempotent upsert and every (hash, tier) mapping is exactly
-//! one reference on each mapped request key. The one-key case (engine and epp
-//! block sizes equal) is a packed `u64 -> u64` entry: about 17-39 bytes per
-//! engine block at hashbrown's 44-87 % load, against 37-73 with a tier byte
-//! and an enum per entry. Bounded: past `capacity` mappings new hashes are not
-//! recorded (counted).
+//! one reference on each mapped request key.
+//!
+//! Compact by design, because there is one mapping per (block, endpoint): the
+//! one-key case (engine and epp block sizes equal) is one `u64` bucket of a
+//! [`RefTable`], a 32-bit fingerprint of the engine hash and the 32-bit
+//! [`key_ref`](super::table::key_ref) of the request key. The full key is
+//! found again in the key table among the keys with that reference that the
+//! source's `(endpoint, tier)` holds (see `PrefixIndex::resolve_ref`).
+//!
+//! Beside it, an exact map keyed by the full engine hash takes engine blocks
+//! spanning several request keys and fingerprint collisions: a new hash whose
+//! fingerprint is taken by a mapping to a *different* reference goes there
+//! (the same reference means the same block stored again: an idempotent
+//! upsert). Lookups and removals try the exact map first, so both hashes stay
+//! exact. The one inexact case is a hash that was never stored (a removal of
+//! a block stored before the subscription, say) whose fingerprint matches a
+//! live mapping: that mapping is released early, which loses a cache hit and
+//! never keeps a stale one. (A publisher storing one hash twice with
+//! different tokens would get two mappings; vLLM cannot: the hash covers
+//! the tokens and the parent.) Bounded: past `capacity` mappings new hashes are
+//! not recorded (counted by the caller).
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
+use super::ref_table::{RefTable, fingerprint};
 use crate::kvcache::events::Tier;
 
 /// Hasher for keys that already are well-mixed 64-bit hashes.
@@ -38,85 +55,71 @@ impl Hasher for MixHasher {
 /// `BuildHasher` for [`MixHasher`].
 pub type MixState = BuildHasherDefault<MixHasher>;
 
-/// Request keys one engine hash maps to.
+/// Key references one engine hash maps to, in chain order.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Keys {
+pub enum Refs {
     /// The common case: engine and epp block sizes are equal.
-    One(u64),
-    /// Engine blocks larger than epp blocks. Boxed twice on purpose: a thin
-    /// pointer keeps `Keys` at 16 bytes, and this variant is rare.
-    #[allow(clippy::box_collection)]
-    Many(Box<Vec<u64>>),
+    One(u32),
+    /// Engine blocks larger than epp blocks.
+    Many(Box<[u32]>),
 }
 
-impl Keys {
-    /// From a non-empty list.
-    pub fn from_slice(keys: &[u64]) -> Option<Self> {
-        match keys {
-            [] => None,
-            [k] => Some(Keys::One(*k)),
-            many => Some(Keys::Many(Box::new(many.to_vec()))),
-        }
-    }
-
+impl Refs {
     /// As a slice.
-    pub fn as_slice(&self) -> &[u64] {
+    pub fn as_slice(&self) -> &[u32] {
         match self {
-            Keys::One(k) => std::slice::from_ref(k),
-            Keys::Many(ks) => ks.as_slice(),
+            Refs::One(r) => std::slice::from_ref(r),
+            Refs::Many(rs) => rs,
         }
     }
 }
 
-/// One tier's mappings: the common one-key case packed as `u64 -> u64` (16 bytes
-/// plus one control byte per bucket), longer lists beside it.
+/// One tier's mappings.
 #[derive(Debug, Default)]
 struct TierMap {
-    one: HashMap<u64, u64, MixState>,
-    many: HashMap<u64, Box<[u64]>, MixState>,
+    one: RefTable,
+    exact: HashMap<u64, Box<[u32]>, MixState>,
 }
 
 impl TierMap {
-    fn get(&self, engine: u64) -> Option<Keys> {
-        match self.one.get(&engine) {
-            Some(k) => Some(Keys::One(*k)),
-            None => self.many.get(&engine).map(|ks| Keys::Many(Box::new(ks.to_vec()))),
+    fn get(&self, engine: u64) -> Option<Refs> {
+        if let Some(rs) = self.exact.get(&engine) {
+            return Some(match **rs {
+                [r] => Refs::One(r),
+                _ => Refs::Many(rs.clone()),
+            });
+        }
+        self.one.get(fingerprint(engine)).map(Refs::One)
+    }
+
+    /// Records the mapping; false when `engine` already has one here.
+    fn insert(&mut self, engine: u64, refs: &[u32]) -> bool {
+        if self.exact.contains_key(&engine) {
+            return false;
+        }
+        let fp = fingerprint(engine);
+        match (refs, self.one.get(fp)) {
+            ([r], Some(taken)) if taken == *r => false,
+            ([r], None) => self.one.insert(fp, *r),
+            _ => self.exact.insert(engine, refs.into()).is_none(),
         }
     }
 
-    fn last(&self, engine: u64) -> Option<u64> {
-        self.one.get(&engine).copied().or_else(|| self.many.get(&engine).and_then(|ks| ks.last().copied()))
-    }
-
-    fn contains(&self, engine: u64) -> bool {
-        self.one.contains_key(&engine) || self.many.contains_key(&engine)
-    }
-
-    fn insert(&mut self, engine: u64, keys: &[u64]) {
-        match keys {
-            [k] => {
-                self.one.insert(engine, *k);
-            }
-            many => {
-                self.many.insert(engine, many.into());
-            }
-        }
-    }
-
-    fn remove(&mut self, engine: u64) -> Option<Keys> {
-        match self.one.remove(&engine) {
-            Some(k) => Some(Keys::One(k)),
-            None => self.many.remove(&engine).map(|ks| Keys::Many(Box::new(ks.into_vec()))),
+    fn remove(&mut self, engine: u64) -> Option<Refs> {
+        match self.exact.remove(&engine) {
+            Some(rs) if rs.len() == 1 => Some(Refs::One(rs[0])),
+            Some(rs) => Some(Refs::Many(rs)),
+            None => self.one.remove(fingerprint(engine)).map(Refs::One),
         }
     }
 
     fn len(&self) -> usize {
-        self.one.len() + self.many.len()
+        self.one.len() + self.exact.len()
     }
 
     fn bytes(&self) -> usize {
-        let many: usize = self.many.values().map(|ks| ks.len() * 8).sum();
-        self.one.capacity() * 17 + self.many.capacity() * 25 + many
+        let lists: usize = self.exact.values().map(|rs| rs.len() * 4).sum();
+        self.one.bytes() + self.exact.capacity() * 25 + lists
     }
 }
 
@@ -128,40 +131,31 @@ pub struct EngineMap {
 }
 
 impl EngineMap {
-    fn tier(&self, tier: u8) -> Option<&TierMap> {
-        self.tiers.get(usize::from(tier))
+    /// True when `tier` holds `engine`.
+    pub fn holds(&self, engine: u64, tier: u8) -> bool {
+        self.tiers.get(usize::from(tier)).is_some_and(|t| t.get(engine).is_some())
     }
 
-    /// Last request key mapped from `engine` (the parent of a continuation), any tier.
-    pub fn last_request_key(&self, engine: u64) -> Option<u64> {
-        self.tiers.iter().find_map(|t| t.last(engine))
+    /// The references mapped from `engine` in the first tier holding it, with that tier.
+    pub fn refs(&self, engine: u64) -> Option<(u8, Refs)> {
+        self.tiers.iter().zip(0u8..).find_map(|(t, id)| t.get(engine).map(|r| (id, r)))
     }
 
-    /// Request keys mapped from `engine`, whatever the tier.
-    pub fn keys(&self, engine: u64) -> Option<Keys> {
-        self.tiers.iter().find_map(|t| t.get(engine))
-    }
-
-    /// Marks `engine` held in `tier`. The request keys are those already mapped
-    /// from `engine` in another tier, else `keys` (a new hash is recorded only
-    /// while fewer than `capacity` mappings exist). Returns the keys that
-    /// gained a reference, or `None` when the tier already held it (or no room,
-    /// or no keys).
-    pub fn hold(&mut self, engine: u64, keys: &[u64], tier: u8, capacity: usize) -> Option<Keys> {
-        if self.tier(tier)?.contains(engine) {
-            return None;
+    /// Records that `tier` holds `engine`, mapped to `refs`. False (nothing
+    /// recorded) when the tier already holds it, when `refs` is empty, or when
+    /// `engine` is new and `capacity` mappings exist.
+    pub fn hold(&mut self, engine: u64, refs: &[u32], tier: u8, capacity: usize) -> bool {
+        if refs.is_empty() || usize::from(tier) >= Tier::COUNT {
+            return false;
         }
-        let keys = match self.keys(engine) {
-            Some(existing) => existing,
-            None if self.len() >= capacity => return None,
-            None => Keys::from_slice(keys)?,
-        };
-        self.tiers[usize::from(tier)].insert(engine, keys.as_slice());
-        Some(keys)
+        if self.len() >= capacity && self.refs(engine).is_none() {
+            return false;
+        }
+        self.tiers[usize::from(tier)].insert(engine, refs)
     }
 
-    /// Clears `tier` of `engine`; returns the keys that lost a reference.
-    pub fn release(&mut self, engine: u64, tier: u8) -> Option<Keys> {
+    /// Clears `tier` of `engine`; returns the references that lost a holder.
+    pub fn release(&mut self, engine: u64, tier: u8) -> Option<Refs> {
         self.tiers.get_mut(usize::from(tier))?.remove(engine)
     }
 
@@ -181,31 +175,53 @@ mod tests {
     use super::*;
 
     #[test]
-    fn one_key_mappings_are_packed() {
+    fn one_ref_mappings_cost_at_most_12_bytes() {
         let mut m = EngineMap::default();
-        for h in 1..=1000u64 {
-            m.hold(h, &[h * 10], 0, usize::MAX);
+        for h in 1..=100_000u64 {
+            assert!(m.hold(h, &[h as u32], 0, usize::MAX));
         }
-        assert!(m.bytes() <= 1000 * 40, "{} bytes for 1000 mappings", m.bytes());
-        assert_eq!(m.hold(5000, &[1, 2, 3], 1, usize::MAX), Some(Keys::Many(Box::new(vec![1, 2, 3]))));
-        assert_eq!(m.keys(5000).map(|k| k.as_slice().to_vec()), Some(vec![1, 2, 3]));
-        assert_eq!(m.last_request_key(5000), Some(3));
-        assert_eq!(m.release(5000, 1).map(|k| k.as_slice().to_vec()), Some(vec![1, 2, 3]));
-        assert_eq!(m.len(), 1000);
+        assert!(m.bytes() <= 100_000 * 12, "{} bytes for 100k mappings", m.bytes());
+        assert!(m.hold(500_000, &[1, 2, 3], 1, usize::MAX));
+        assert_eq!(m.refs(500_000), Some((1, Refs::Many(vec![1, 2, 3].into()))));
+        assert_eq!(m.release(500_000, 1).map(|r| r.as_slice().to_vec()), Some(vec![1, 2, 3]));
+        assert_eq!(m.len(), 100_000);
     }
 
     #[test]
-    fn hold_is_idempotent_per_tier_and_release_drops_at_zero() {
+    fn hold_is_idempotent_per_tier_and_bounded() {
         let mut m = EngineMap::default();
-        assert_eq!(m.hold(7, &[70], 0, 10), Some(Keys::One(70)));
-        assert_eq!(m.hold(7, &[71], 0, 10), None);
-        assert_eq!(m.hold(7, &[71], 1, 10), Some(Keys::One(70)));
-        assert_eq!(m.last_request_key(7), Some(70));
-        assert_eq!(m.release(7, 0), Some(Keys::One(70)));
+        assert!(m.hold(7, &[70], 0, 10));
+        assert!(!m.hold(7, &[70], 0, 10), "the same block stored again");
+        assert!(m.hold(7, &[70], 1, 10));
+        assert!(m.holds(7, 0) && m.holds(7, 1) && !m.holds(7, 2));
+        assert_eq!(m.refs(7), Some((0, Refs::One(70))));
+        assert_eq!(m.release(7, 0), Some(Refs::One(70)));
         assert_eq!(m.release(7, 0), None);
-        assert_eq!(m.release(7, 1), Some(Keys::One(70)));
+        assert_eq!(m.refs(7), Some((1, Refs::One(70))));
+        assert_eq!(m.release(7, 1), Some(Refs::One(70)));
         assert_eq!(m.len(), 0);
-        assert_eq!(m.hold(1, &[1], 0, 0), None);
-        assert_eq!(m.hold(2, &[], 0, 10), None);
+        assert!(!m.hold(1, &[1], 0, 0), "no room");
+        assert!(!m.hold(2, &[], 0, 10), "no refs");
+        assert!(!m.hold(3, &[3], Tier::COUNT as u8, 10), "unknown tier");
+    }
+
+    #[test]
+    fn fingerprint_collisions_stay_exact() {
+        // Find two engine hashes with the same fingerprint.
+        let mut seen = HashMap::new();
+        let (a, b) = (1u64..)
+            .find_map(|h| seen.insert(fingerprint(h), h).map(|prev| (prev, h)))
+            .expect("a 32-bit collision within 2^32 + 1 hashes");
+        let mut m = EngineMap::default();
+        assert!(m.hold(a, &[10], 0, 100));
+        assert!(m.hold(b, &[20], 0, 100), "the colliding hash is recorded exactly");
+        assert!(!m.hold(b, &[20], 0, 100), "and stays idempotent");
+        assert!(!m.hold(a, &[10], 0, 100));
+        assert_eq!(m.refs(a), Some((0, Refs::One(10))));
+        assert_eq!(m.refs(b), Some((0, Refs::One(20))));
+        assert_eq!(m.release(a, 0), Some(Refs::One(10)));
+        assert_eq!(m.refs(b), Some((0, Refs::One(20))));
+        assert_eq!(m.release(b, 0), Some(Refs::One(20)));
+        assert_eq!(m.len(), 0);
     }
 }

@@ -10,13 +10,16 @@
 //! read-mostly and written only when an endpoint is added or removed.
 //!
 //! Memory: a key costs one 16-byte bucket at 40-80 % load and holds up to two
-//! endpoints inline (4 bytes each); see `docs/kvcache.md` for measurements.
+//! endpoints inline (4 bytes each); in request-key mode each source's engine
+//! map adds one 8-byte bucket per engine block ([`engine_map`]); see
+//! `docs/kvcache.md` for measurements.
 //! Capacity is bounded per shard with random eviction.
 
 mod apply;
 mod buckets;
 mod engine_map;
 pub mod holder;
+mod ref_table;
 mod registry;
 mod slab;
 mod table;
@@ -24,6 +27,7 @@ mod table;
 pub use apply::{ApplyStats, EventOutcome};
 pub use table::{AddMode, RemoveMode};
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard};
 
 use dashmap::DashMap;
@@ -31,7 +35,7 @@ use dashmap::DashMap;
 use self::engine_map::EngineMap;
 use self::holder::EndpointId;
 use self::registry::Registry;
-use self::table::Table;
+use self::table::{RefMatch, Table, key_ref};
 use super::events::Tier;
 use super::hashing::VllmHasher;
 use super::keys::RequestKeyer;
@@ -209,9 +213,10 @@ fn longest_runs(keys: &[u64], tables: &[&Table], w: &TierWeights) -> Vec<Run> {
 #[derive(Debug)]
 pub struct PrefixIndex {
     shards: Box<[Shard]>,
-    shard_shift: u32,
+    shard_mask: usize,
     registry: RwLock<Registry>,
     engine_maps: DashMap<(EndpointId, u32), EngineMap>,
+    ambiguous_refs: AtomicU64,
     config: IndexConfig,
 }
 
@@ -232,9 +237,10 @@ impl PrefixIndex {
             (0..n).map(|i| Shard { table: RwLock::new(Table::new(per_shard, 0x9E37_79B9 ^ (i as u64 + 1))) }).collect();
         PrefixIndex {
             shards,
-            shard_shift: 64 - n.trailing_zeros(),
+            shard_mask: n - 1,
             registry: RwLock::new(Registry::default()),
             engine_maps: DashMap::new(),
+            ambiguous_refs: AtomicU64::new(0),
             config,
         }
     }
@@ -245,12 +251,14 @@ impl PrefixIndex {
     }
 
     fn shard_index(&self, key: u64) -> usize {
-        if self.shard_shift >= 64 {
-            return 0;
-        }
-        // Independent of the in-table position (which uses the top bits of another product).
-        let x = (key ^ (key >> 31)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        (x >> self.shard_shift) as usize
+        self.shard_of_ref(key_ref(key))
+    }
+
+    /// The shard of every key with reference `kref`: its low bits, which are
+    /// independent of the in-table position (the top bits of the same product)
+    /// while a shard has fewer than `2^(32 - log2 shards)` buckets.
+    fn shard_of_ref(&self, kref: u32) -> usize {
+        kref as usize & self.shard_mask
     }
 
     fn shard(&self, key: u64) -> &Shard {
@@ -260,6 +268,26 @@ impl PrefixIndex {
     /// Adds one holder.
     fn add_key(&self, key: u64, ep: EndpointId, tier: u8, mode: AddMode) {
         write(&self.shard(key).table).add(key, ep, tier, mode);
+    }
+
+    /// The key with reference `kref` that `(ep, tier)` holds, when exactly one
+    /// does (an ambiguous reference is counted and resolves to nothing).
+    fn resolve_ref(&self, kref: u32, ep: EndpointId, tier: u8) -> Option<u64> {
+        match read(&self.shards[self.shard_of_ref(kref)].table).resolve_ref(kref, ep, tier) {
+            RefMatch::One(k) => Some(k),
+            RefMatch::None => None,
+            RefMatch::Ambiguous => {
+                self.ambiguous_refs.fetch_add(1, Ordering::Relaxed);
+                None
+            }
+        }
+    }
+
+    /// Drops one reference of `(ep, tier)` from the key(s) with reference `kref`.
+    fn release_ref(&self, kref: u32, ep: EndpointId, tier: u8) {
+        if write(&self.shards[self.shard_of_ref(kref)].table).release_ref(kref, ep, tier) > 1 {
+            self.ambiguous_refs.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// Adds `(endpoint, tier)` to each key (the bench and engine-key paths).
@@ -382,6 +410,13 @@ impl PrefixIndex {
     /// Engine-hash mappings held (request-key mode).
     pub fn engine_mappings(&self) -> usize {
         self.engine_maps.iter().map(|m| m.len()).sum()
+    }
+
+    /// Engine-map key references that matched several keys held by the same
+    /// source (request-key mode; each such release dropped all of them, each
+    /// such parent was treated as unknown).
+    pub fn ambiguous_refs(&self) -> u64 {
+        self.ambiguous_refs.load(Ordering::Relaxed)
     }
 
     /// Registered endpoints.

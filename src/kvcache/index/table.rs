@@ -2,6 +2,8 @@
 //!
 //! Buckets are `(key, slot)` pairs of two `u64` (16 bytes, four per cache
 //! line), key `0` marks an empty bucket (a real key 0 lives in a side slot).
+//! A key's home is `key_ref(key) · n >> 32` for any bucket count `n`, so the
+//! table grows by half (load 53-80 %, not the 40-80 % of doubling).
 //! Deletion uses backward shifting, so there are no tombstones and probe
 //! lengths stay short at the 80 % maximum load. A slot holds up to two
 //! [`holder`]s inline; keys with more holders keep them in a slab list the
@@ -29,9 +31,40 @@ pub fn prefetch<T>(at: *const T) {
     let _ = at;
 }
 
-/// Home bucket of `key` in a table of `2^(64 - shift)` buckets.
-pub fn home_of(key: u64, shift: u32) -> usize {
-    (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> shift) as usize
+const SPREAD: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// Buckets per 2 MiB: larger arrays are sized in whole huge pages.
+const HUGE_PAGE_BUCKETS: usize = (2 << 20) / 16;
+
+/// A key's 32-bit reference: the top half of its product with a
+/// multiplicative-hash constant. Its high bits give the key's home bucket
+/// ([`bucket_of`]) and its low bits the key's shard, so it names where the key
+/// lives; engine maps store it instead of the key.
+pub fn key_ref(key: u64) -> u32 {
+    (key.wrapping_mul(SPREAD) >> 32) as u32
+}
+
+/// Home bucket of reference `kref` in a table of `n` buckets (any `n` < 2^32).
+pub fn bucket_of(kref: u32, n: usize) -> usize {
+    ((u64::from(kref) * n as u64) >> 32) as usize
+}
+
+/// Bucket count after `n`: half again (loads stay within 53-80 %), whole huge
+/// pages from 2 MiB up.
+fn grown_len(n: usize) -> usize {
+    let next = n + n / 2;
+    if next >= HUGE_PAGE_BUCKETS { next.next_multiple_of(HUGE_PAGE_BUCKETS) } else { next }
+}
+
+/// What a key reference resolves to for one holder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefMatch {
+    /// No key with this reference has the holder (evicted, or never stored).
+    None,
+    /// Exactly one key.
+    One(u64),
+    /// Several keys with the same reference have the holder.
+    Ambiguous,
 }
 
 /// Whether a store counts as a new reference.
@@ -56,7 +89,6 @@ pub enum RemoveMode {
 #[derive(Debug)]
 pub struct Table {
     buckets: Buckets,
-    shift: u32,
     keys: usize,
     entries: usize,
     zero: u64,
@@ -71,7 +103,6 @@ impl Table {
     pub fn new(max_keys: usize, seed: u64) -> Self {
         Table {
             buckets: Buckets::zeroed(MIN_BUCKETS),
-            shift: 64 - MIN_BUCKETS.trailing_zeros(),
             keys: 0,
             entries: 0,
             zero: 0,
@@ -103,15 +134,14 @@ impl Table {
     }
 
     fn home(&self, key: u64) -> usize {
-        home_of(key, self.shift)
+        bucket_of(key_ref(key), self.buckets.len())
     }
 
-    fn mask(&self) -> usize {
-        self.buckets.len() - 1
+    fn next(&self, i: usize) -> usize {
+        if i + 1 == self.buckets.len() { 0 } else { i + 1 }
     }
 
     fn find(&self, key: u64) -> Option<usize> {
-        let mask = self.mask();
         let mut i = self.home(key);
         loop {
             let k = self.buckets[i][0];
@@ -121,7 +151,7 @@ impl Table {
             if k == 0 {
                 return None;
             }
-            i = (i + 1) & mask;
+            i = self.next(i);
         }
     }
 
@@ -154,6 +184,62 @@ impl Table {
     #[cfg(test)]
     pub fn for_each_holder(&self, key: u64, f: impl FnMut(u32)) -> bool {
         self.for_each_in_slot(self.slot_of(key), f)
+    }
+
+    /// Calls `f` with each key whose [`key_ref`] is `kref` and that holder
+    /// `(ep, tier)` holds. They all sit in the cluster starting at the home
+    /// bucket the reference names.
+    fn for_each_by_ref(&self, kref: u32, ep: EndpointId, tier: u8, mut f: impl FnMut(u64)) {
+        let id = holder::identity(holder::pack(ep, tier));
+        let held = |slot: u64| {
+            let mut found = false;
+            self.for_each_in_slot(slot, |h| found |= holder::identity(h) == id);
+            found
+        };
+        if kref == key_ref(0) && held(self.zero) {
+            f(0);
+        }
+        let mut i = bucket_of(kref, self.buckets.len());
+        loop {
+            let [k, slot] = self.buckets[i];
+            if k == 0 {
+                return;
+            }
+            if key_ref(k) == kref && held(slot) {
+                f(k);
+            }
+            i = self.next(i);
+        }
+    }
+
+    /// Resolves a key reference for holder `(ep, tier)`.
+    pub fn resolve_ref(&self, kref: u32, ep: EndpointId, tier: u8) -> RefMatch {
+        let mut m = RefMatch::None;
+        self.for_each_by_ref(kref, ep, tier, |k| {
+            m = if m == RefMatch::None { RefMatch::One(k) } else { RefMatch::Ambiguous };
+        });
+        m
+    }
+
+    /// Drops one reference of holder `(ep, tier)` from every key with
+    /// reference `kref` (normally one; all of them when ambiguous, so nothing
+    /// stays held that should not). Returns how many keys matched.
+    pub fn release_ref(&mut self, kref: u32, ep: EndpointId, tier: u8) -> usize {
+        let mut keys = [0u64; 2];
+        let mut n = 0;
+        let mut more = Vec::new();
+        self.for_each_by_ref(kref, ep, tier, |k| {
+            if n < 2 {
+                keys[n] = k;
+            } else {
+                more.push(k);
+            }
+            n += 1;
+        });
+        for k in keys.into_iter().take(n.min(2)).chain(more) {
+            self.remove(k, ep, tier, RemoveMode::Release);
+        }
+        n
     }
 
     /// Starts loading the home bucket of `key` into the cache.
@@ -195,10 +281,9 @@ impl Table {
         if (self.keys + 1) * 5 > self.buckets.len() * 4 {
             self.grow();
         }
-        let mask = self.mask();
         let mut i = self.home(key);
         while self.buckets[i][0] != 0 {
-            i = (i + 1) & mask;
+            i = self.next(i);
         }
         self.buckets[i] = [key, u64::from(h)];
         self.keys += 1;
@@ -302,8 +387,7 @@ impl Table {
 
     /// Backward-shift deletion of bucket `i`.
     fn delete_at(&mut self, mut i: usize) {
-        let mask = self.mask();
-        let mut j = (i + 1) & mask;
+        let mut j = self.next(i);
         loop {
             let k = self.buckets[j][0];
             if k == 0 {
@@ -316,20 +400,18 @@ impl Table {
                 self.buckets[i] = self.buckets[j];
                 i = j;
             }
-            j = (j + 1) & mask;
+            j = self.next(j);
         }
         self.buckets[i] = [0, 0];
     }
 
     fn grow(&mut self) {
-        let doubled = Buckets::zeroed(self.buckets.len() * 2);
-        let old = std::mem::replace(&mut self.buckets, doubled);
-        self.shift -= 1;
-        let mask = self.mask();
+        let grown = Buckets::zeroed(grown_len(self.buckets.len()));
+        let old = std::mem::replace(&mut self.buckets, grown);
         for &[k, s] in old.iter().filter(|b| b[0] != 0) {
             let mut i = self.home(k);
             while self.buckets[i][0] != 0 {
-                i = (i + 1) & mask;
+                i = self.next(i);
             }
             self.buckets[i] = [k, s];
         }
@@ -340,8 +422,7 @@ impl Table {
         self.rng ^= self.rng << 13;
         self.rng ^= self.rng >> 7;
         self.rng ^= self.rng << 17;
-        let mask = self.mask();
-        let mut i = (self.rng as usize) & mask;
+        let mut i = (self.rng % self.buckets.len() as u64) as usize;
         for _ in 0..self.buckets.len() {
             let k = self.buckets[i][0];
             if k != 0 {
@@ -350,7 +431,7 @@ impl Table {
                 }
                 return;
             }
-            i = (i + 1) & mask;
+            i = self.next(i);
         }
         if self.zero != 0 && self.remove_where(0, |_| true, RemoveMode::Force) > 0 {
             self.evictions += 1;
@@ -424,5 +505,41 @@ mod tests {
             });
         }
         assert_eq!(live, t.entries());
+    }
+
+    #[test]
+    fn key_refs_resolve_per_holder_and_ambiguity_releases_all() {
+        // SPREAD^-1 mod 2^64 (Newton): k and k + inv have products one apart,
+        // hence (almost always) the same reference.
+        let mut inv = SPREAD;
+        for _ in 0..5 {
+            inv = inv.wrapping_mul(2u64.wrapping_sub(SPREAD.wrapping_mul(inv)));
+        }
+        assert_eq!(SPREAD.wrapping_mul(inv), 1);
+        let k1 = 0x1234_5678_9abc_def0u64;
+        let k2 = k1.wrapping_add(inv);
+        assert_eq!(key_ref(k1), key_ref(k2));
+        let mut t = Table::new(1000, 7);
+        for k in 1..500u64 {
+            t.add(k.wrapping_mul(0x1234_5678_9abc_def1), 3, 0, AddMode::Counted);
+        }
+        t.add(k1, 1, 0, AddMode::Counted);
+        t.add(k1, 1, 0, AddMode::Counted);
+        t.add(k2, 2, 0, AddMode::Counted);
+        assert_eq!(t.resolve_ref(key_ref(k1), 1, 0), RefMatch::One(k1));
+        assert_eq!(t.resolve_ref(key_ref(k1), 2, 0), RefMatch::One(k2));
+        assert_eq!(t.resolve_ref(key_ref(k1), 1, 1), RefMatch::None, "other tier");
+        t.add(k2, 1, 0, AddMode::Counted);
+        assert_eq!(t.resolve_ref(key_ref(k1), 1, 0), RefMatch::Ambiguous);
+        assert_eq!(t.release_ref(key_ref(k1), 1, 0), 2);
+        let mut k2_holders = Vec::new();
+        t.for_each_holder(k2, |h| k2_holders.push(holder::endpoint(h)));
+        assert_eq!(k2_holders, [2], "the ambiguous release dropped ep 1 from both keys");
+        assert_eq!(t.resolve_ref(key_ref(k1), 1, 0), RefMatch::One(k1), "k1 had two references");
+        assert_eq!(t.release_ref(key_ref(k1), 1, 0), 1);
+        assert_eq!(t.resolve_ref(key_ref(k1), 1, 0), RefMatch::None);
+        assert_eq!(t.resolve_ref(key_ref(0), 1, 0), RefMatch::None);
+        t.add(0, 1, 0, AddMode::Counted);
+        assert_eq!(t.resolve_ref(key_ref(0), 1, 0), RefMatch::One(0), "key 0 lives in the side slot");
     }
 }

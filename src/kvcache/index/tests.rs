@@ -229,3 +229,158 @@ proptest! {
         run_ops(ops, AddMode::Counted)?;
     }
 }
+
+/// Request-key mode against a model with exact engine-hash -> request-key maps
+/// (the compact engine map keeps 32-bit fingerprints and key references).
+mod request_mode {
+    use super::*;
+    use crate::kvcache::events::{BlockRemoved, BlockStored};
+
+    const BS: usize = 2;
+
+    #[derive(Debug, Clone)]
+    enum ROp {
+        /// (endpoint, rank, tier, parent chain index or root, block tokens).
+        Store(u8, u8, u8, Option<usize>, Vec<u8>),
+        /// (endpoint, rank, tier, chain indexes).
+        Remove(u8, u8, u8, Vec<usize>),
+        Clear(u8),
+    }
+
+    fn rop() -> impl Strategy<Value = ROp> {
+        prop_oneof![
+            6 => (0u8..2, 0u8..2, 0u8..2, proptest::option::of(0usize..64), proptest::collection::vec(0u8..3, BS..4 * BS))
+                .prop_map(|(e, r, t, p, toks)| ROp::Store(e, r, t, p, toks)),
+            3 => (0u8..2, 0u8..2, 0u8..2, proptest::collection::vec(0usize..64, 1..4))
+                .prop_map(|(e, r, t, c)| ROp::Remove(e, r, t, c)),
+            1 => (0u8..2).prop_map(ROp::Clear),
+        ]
+    }
+
+    /// vLLM-like engine hash: a function of the parent hash and the block's tokens.
+    fn engine_hash(parent: u64, block: &[u32]) -> u64 {
+        block
+            .iter()
+            .fold(parent ^ 0x5851_F42D_4C95_7F2D, |h, t| (h ^ u64::from(*t)).wrapping_mul(0x9E37_79B9_7F4A_7C15))
+            | 1
+    }
+
+    #[derive(Default)]
+    struct Model {
+        /// (ep, rank) -> (engine hash, tier) -> request key.
+        maps: HashMap<(u8, u8), HashMap<(u64, u8), u64>>,
+        /// (key, ep, tier) -> references.
+        refs: HashMap<(u64, u8, u8), u32>,
+    }
+
+    impl Model {
+        fn parent_key(&self, src: (u8, u8), parent: u64) -> Option<u64> {
+            let map = self.maps.get(&src)?;
+            (0..Tier::COUNT as u8).find_map(|t| map.get(&(parent, t)).copied())
+        }
+    }
+
+    fn run(ops: Vec<ROp>) -> Result<(), TestCaseError> {
+        let idx = request_index(BS);
+        let keyer = RequestKeyer::default();
+        let mut model = Model::default();
+        // Engine hashes of every block ever published, and their request keys by source.
+        let mut chains: Vec<u64> = Vec::new();
+        let mut all_keys: Vec<u64> = Vec::new();
+        for op in ops {
+            match op {
+                ROp::Store(e, r, t, parent, toks) => {
+                    let toks: Vec<u32> = toks.iter().map(|t| u32::from(*t)).take(toks.len() / BS * BS).collect();
+                    let parent_hash = parent.and_then(|p| chains.get(p).copied());
+                    let mut hashes = Vec::new();
+                    let mut h = parent_hash.unwrap_or(0);
+                    for block in toks.chunks(BS) {
+                        h = engine_hash(h, block);
+                        hashes.push(h);
+                    }
+                    let src = (e, r);
+                    let parent_key = match parent_hash {
+                        None => Some(keyer.root("m")),
+                        Some(p) => model.parent_key(src, p),
+                    };
+                    if let Some(pk) = parent_key {
+                        let keys = keyer.chain(pk, &toks, BS, &[]);
+                        let map = model.maps.entry(src).or_default();
+                        for (eh, k) in hashes.iter().zip(&keys) {
+                            if map.insert((*eh, t), *k).is_none() {
+                                *model.refs.entry((*k, e, t)).or_insert(0) += 1;
+                            }
+                        }
+                        all_keys.extend(keys);
+                    }
+                    chains.extend(&hashes);
+                    let ev = KvEvent::BlockStored(BlockStored {
+                        block_hashes: hashes,
+                        parent_block_hash: parent_hash,
+                        token_ids: toks,
+                        block_size: BS as u32,
+                        medium: Some(Tier::from_id(t)),
+                        ..BlockStored::default()
+                    });
+                    let batch = EventBatch {
+                        events: vec![ev],
+                        data_parallel_rank: Some(u32::from(r)),
+                        ..EventBatch::default()
+                    };
+                    idx.apply(&format!("ep{e}"), "m", &batch);
+                }
+                ROp::Remove(e, r, t, which) => {
+                    let hashes: Vec<u64> = which.iter().filter_map(|i| chains.get(*i).copied()).collect();
+                    if let Some(map) = model.maps.get_mut(&(e, r)) {
+                        for eh in &hashes {
+                            if let Some(k) = map.remove(&(*eh, t)) {
+                                let c = model.refs.get_mut(&(k, e, t)).expect("counted");
+                                *c -= 1;
+                                if *c == 0 {
+                                    model.refs.remove(&(k, e, t));
+                                }
+                            }
+                        }
+                    }
+                    let ev = KvEvent::BlockRemoved(BlockRemoved {
+                        block_hashes: hashes,
+                        medium: Some(Tier::from_id(t)),
+                        ..BlockRemoved::default()
+                    });
+                    let batch = EventBatch {
+                        events: vec![ev],
+                        data_parallel_rank: Some(u32::from(r)),
+                        ..EventBatch::default()
+                    };
+                    idx.apply(&format!("ep{e}"), "m", &batch);
+                }
+                ROp::Clear(e) => {
+                    model.maps.retain(|(ep, _), _| *ep != e);
+                    model.refs.retain(|(_, ep, _), _| *ep != e);
+                    let batch = EventBatch { events: vec![KvEvent::AllBlocksCleared], ..EventBatch::default() };
+                    idx.apply(&format!("ep{e}"), "m", &batch);
+                }
+            }
+            prop_assert_eq!(idx.entries(), model.refs.len());
+            for k in &all_keys {
+                let mut want: Vec<String> = (0..2u8)
+                    .filter(|e| (0..2u8).any(|t| model.refs.contains_key(&(*k, *e, t))))
+                    .map(|e| format!("ep{e}"))
+                    .collect();
+                let mut got: Vec<String> = idx.lookup(&[*k]).into_iter().map(|m| m.endpoint.to_string()).collect();
+                want.sort();
+                got.sort();
+                prop_assert_eq!(got, want, "holders of key {}", k);
+            }
+        }
+        prop_assert_eq!(idx.ambiguous_refs(), 0);
+        Ok(())
+    }
+
+    proptest! {
+        #[test]
+        fn request_keys_match_an_exact_engine_map(ops in proptest::collection::vec(rop(), 1..60)) {
+            run(ops)?;
+        }
+    }
+}

@@ -236,6 +236,7 @@ impl SubscriberHandle {
         m.index_entries.set(self.index.entries() as i64);
         m.index_bytes.set(self.index.approx_bytes() as i64);
         m.index_evictions.set(self.index.evictions() as i64);
+        m.index_ambiguous_refs.set(self.index.ambiguous_refs() as i64);
     }
 
     /// Cancels every task and waits for them.
