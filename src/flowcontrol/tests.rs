@@ -51,7 +51,7 @@ fn fixture(settings: FlowControlSettings, saturation: f64) -> Fixture {
 }
 
 fn request(flow: &str, priority: i32) -> FlowRequest {
-    FlowRequest { fairness_id: flow.into(), priority, bytes: 10, model: "m".into(), target: "m".into() }
+    FlowRequest { fairness_id: flow.into(), priority, bytes: 10, model: "m".into(), target: "m".into(), slo_ttft: None }
 }
 
 /// Waits (on the queue-length watch) until `n` requests are queued.

@@ -1,7 +1,8 @@
 //! The scheduler: an immutable pipeline built from the validated config. `schedule` runs the
-//! data producers once, then the profile handler loop (pick profiles, run each, combine),
-//! then the pre-request hooks, and returns the decision with the header edits. Synchronous,
-//! no I/O; safe to call from many threads at once.
+//! data producers once, then the admitters (the first denial ends the request), then the
+//! profile handler loop (pick profiles, run each, combine), then the pre-request hooks, and
+//! returns the decision with the header edits. Synchronous, no I/O; safe to call from many
+//! threads at once.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -9,11 +10,13 @@ use std::time::Instant;
 use super::ScheduleError;
 use super::context::SchedulingContext;
 use super::data::RequestData;
-use super::metrics::SchedulerMetrics;
+use super::metrics::{AdmissionCounters, SchedulerMetrics};
 use super::profile::{Profile, ProfileFailure, Slot};
 use super::result::{HeaderEdits, ProfileResults, SchedulingResult};
 use crate::endpoints::model::Candidate;
-use crate::plugins::{DataProducer, PluginName, PreRequest, ProfileHandler, ResponseHook, SaturationDetector};
+use crate::plugins::{
+    Admitter, DataProducer, PluginName, PreRequest, ProfileHandler, ResponseHook, SaturationDetector,
+};
 use crate::request::InferenceRequest;
 
 /// A decision and everything computed on the way.
@@ -27,6 +30,15 @@ pub struct Decision {
     pub headers: HeaderEdits,
 }
 
+/// An admitter with its timer and decision counters.
+#[derive(Clone, Debug)]
+pub struct AdmitterSlot {
+    /// The plugin and its `Admission` timer.
+    pub slot: Slot<dyn Admitter>,
+    /// `epp_admitter_decisions_total` children.
+    pub counters: AdmissionCounters,
+}
+
 /// The immutable scheduling pipeline.
 #[derive(Debug)]
 pub struct Scheduler {
@@ -36,6 +48,8 @@ pub struct Scheduler {
     pub profiles: Vec<Profile>,
     /// Producers in dependency order.
     pub producers: Vec<Slot<dyn DataProducer>>,
+    /// Admitters (every instantiated plugin with that role, in declaration order).
+    pub admitters: Vec<AdmitterSlot>,
     /// Pre-request hooks (every instantiated plugin with that role).
     pub pre_request: Vec<Slot<dyn PreRequest>>,
     /// Response hooks.
@@ -77,6 +91,7 @@ impl Scheduler {
             handler,
             profiles,
             producers,
+            admitters: Vec::new(),
             pre_request,
             response,
             default_prefix_producer,
@@ -111,6 +126,28 @@ impl Scheduler {
         data
     }
 
+    /// Asks every admitter in turn; the first denial becomes `NotAdmitted`.
+    fn admit(&self, cx: &SchedulingContext<'_>, candidates: &[Candidate]) -> Result<(), ScheduleError> {
+        if self.admitters.is_empty() {
+            return Ok(());
+        }
+        let priority = self.priority(cx.request);
+        for a in &self.admitters {
+            let start = Instant::now();
+            let verdict = a.slot.plugin.admit(cx, priority, candidates);
+            a.slot.timer.observe(start.elapsed().as_secs_f64());
+            match verdict {
+                Ok(()) => a.counters.admitted.inc(),
+                Err(reason) => {
+                    a.counters.rejected.inc();
+                    tracing::debug!(plugin = %a.slot.name, %reason, "Admitter denied the request");
+                    return Err(ScheduleError::NotAdmitted { reason });
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Schedules a request over `candidates` (already restricted by the subset hint).
     pub fn schedule(&self, request: &InferenceRequest, candidates: Vec<Candidate>) -> Result<Decision, ScheduleError> {
         let start = Instant::now();
@@ -136,6 +173,7 @@ impl Scheduler {
         }
         let data = self.produce(request, &candidates);
         let cx = SchedulingContext { request, data: &data, now: tokio::time::Instant::now() };
+        self.admit(&cx, &candidates)?;
         let mut results = ProfileResults::default();
         let mut last_failure = None;
         // Bounded: each round must run at least one profile not evaluated before.
