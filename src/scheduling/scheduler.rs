@@ -215,3 +215,54 @@ impl Scheduler {
         Ok(Decision { result, data, headers })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::plugins::registry::{BuildContext, BuildError, PluginSpec, builtin};
+    use crate::plugins::{Admitter, PluginInstance};
+    use crate::test_util::{chat_request, endpoint};
+
+    /// Admits or denies everything.
+    #[derive(Debug)]
+    struct Fixed(bool);
+
+    impl Admitter for Fixed {
+        fn admit(&self, _: &SchedulingContext<'_>, _: i32, _: &[Candidate]) -> Result<(), String> {
+            if self.0 { Ok(()) } else { Err("fixed denial".into()) }
+        }
+    }
+
+    fn allow(spec: &PluginSpec, _: &BuildContext) -> Result<PluginInstance, BuildError> {
+        Ok(PluginInstance::new(spec.name.clone(), "allow-admitter").with_admitter(Arc::new(Fixed(true))))
+    }
+
+    fn deny(spec: &PluginSpec, _: &BuildContext) -> Result<PluginInstance, BuildError> {
+        Ok(PluginInstance::new(spec.name.clone(), "deny-admitter").with_admitter(Arc::new(Fixed(false))))
+    }
+
+    #[test]
+    fn admitters_run_in_order_and_the_first_denial_stops_the_request() {
+        let mut registry = builtin();
+        registry.add("allow-admitter", allow).add("deny-admitter", deny);
+        let metrics = SchedulerMetrics::detached();
+        let text = "plugins: [{type: allow-admitter, name: first}, {type: deny-admitter, name: no}, \
+                    {type: allow-admitter, name: last}, {type: queue-scorer}]";
+        let loaded = crate::config::load(text, &registry, &BuildContext::default(), metrics.clone()).expect("loads");
+        let outcome = loaded.scheduler.schedule(&chat_request("m", &["hi"]), vec![endpoint("a").build()]);
+        assert_eq!(outcome.map(|_| ()), Err(ScheduleError::NotAdmitted { reason: "fixed denial".into() }));
+        let count = |t, n, admitted: bool| {
+            let c = metrics.admission_counters(t, n);
+            if admitted { c.admitted.get() } else { c.rejected.get() }
+        };
+        assert_eq!(count("allow-admitter", "first", true), 1);
+        assert_eq!(count("deny-admitter", "no", false), 1);
+        assert_eq!(count("allow-admitter", "last", true), 0, "never asked after the denial");
+        // Without the denying admitter the request is scheduled.
+        let text = "plugins: [{type: allow-admitter}, {type: queue-scorer}]";
+        let loaded = crate::config::load(text, &registry, &BuildContext::default(), metrics).expect("loads");
+        assert!(loaded.scheduler.schedule(&chat_request("m", &["hi"]), vec![endpoint("a").build()]).is_ok());
+    }
+}
