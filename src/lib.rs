@@ -29,7 +29,7 @@
 //!   [tokenize::Tokenizer (async, deadline) --token ids--> InferenceRequest::tokens]
 //!   [latency::Predictor (async, deadline) --TTFT/TPOT per endpoint--> InferenceRequest::predicted]
 //!   [flowcontrol::FlowController::enqueue_and_wait (gate flowControl)]
-//!   scheduling::Scheduler [producers -> ProfileHandler -> Profile(filters -> scorers x weight -> picker)]
+//!   scheduling::Scheduler [producers -> admitters -> ProfileHandler -> Profile(filters -> scorers -> picker)]
 //!   --Decision--> extproc::response --headers + metadata--> Envoy
 //! vLLM /metrics --HTTP--> endpoints::scraper --PodMetrics--> endpoints::store
 //! vLLM --ZMQ--> kvcache::subscriber --frames--> kvcache::decode --events--> kvcache::index

@@ -67,7 +67,12 @@ fn band(raw: &RawPriorityBand, path: &str, instances: &Instances, errors: &mut V
         match policy_type(name, &at, instances, errors)? {
             "global-strict-fairness-policy" => Some(Fairness::GlobalStrict),
             "round-robin-fairness-policy" => Some(Fairness::RoundRobin),
-            other => not_a(name, other, "fairness policy", &at, errors),
+            other => match instances.get(name).and_then(|(_, inst)| inst.fairness.clone()) {
+                // A stateful policy plugin (program-aware-fairness): every band naming it
+                // shares the one instance.
+                Some(policy) => Some(Fairness::Policy(policy)),
+                None => not_a(name, other, "fairness policy", &at, errors),
+            },
         }
     });
     let ordering = raw.ordering_policy_ref.as_deref().map_or(Some(Ordering::default()), |name| {
@@ -75,6 +80,7 @@ fn band(raw: &RawPriorityBand, path: &str, instances: &Instances, errors: &mut V
         match policy_type(name, &at, instances, errors)? {
             "fcfs-ordering-policy" => Some(Ordering::Fcfs),
             "edf-ordering-policy" => Some(Ordering::Edf),
+            "slo-deadline-ordering-policy" => Some(Ordering::SloDeadline),
             other => not_a(name, other, "ordering policy", &at, errors),
         }
     });

@@ -14,7 +14,7 @@ use crate::plugins::registry::{BuildContext, PluginSpec, Registry, decode_params
 use crate::plugins::{PluginInstance, PluginName};
 use crate::scheduling::metrics::{ExtensionPoint, SchedulerMetrics};
 use crate::scheduling::profile::Slot;
-use crate::scheduling::scheduler::Scheduler;
+use crate::scheduling::scheduler::{AdmitterSlot, Scheduler};
 
 /// A loaded config.
 #[derive(Debug)]
@@ -142,6 +142,16 @@ pub fn load(
             inst.pre_request.clone().map(|plugin| Slot { name, plugin, timer })
         })
         .collect();
+    let admitters = instances
+        .items
+        .iter()
+        .filter_map(|(spec, inst)| {
+            let plugin = inst.admitter.clone()?;
+            let (timer, name) = slot(ExtensionPoint::Admission, spec, inst);
+            let counters = metrics.admission_counters(inst.type_name, &spec.name);
+            Some(AdmitterSlot { slot: Slot { name, plugin, timer }, counters })
+        })
+        .collect();
     let response = instances.items.iter().filter_map(|(_, i)| i.response.clone()).collect();
     let mut scheduler = Scheduler::new(
         profile_list.handler,
@@ -154,6 +164,7 @@ pub fn load(
         metrics,
     );
     scheduler.saturation = saturation;
+    scheduler.admitters = admitters;
     scheduler.default_latency_producer = producer_plan.default_latency;
     let flow_control = flow_settings.filter(|_| raw.feature_gates.iter().any(|g| g == "flowControl"));
     // With Flow Control, admission (not the legacy shedding rule) decides who waits.

@@ -183,9 +183,50 @@ fn flow_control_block_is_typed_and_honoured_only_with_the_gate() {
     assert_eq!(fc.default_ttl, Some(std::time::Duration::from_secs(30)));
     assert_eq!(fc.no_endpoint_ttl, Some(std::time::Duration::from_secs(2)));
     let band = fc.band(5);
-    assert_eq!((band.max_requests, band.fairness, band.ordering), (Some(10), Fairness::RoundRobin, Ordering::Edf));
+    assert_eq!(
+        (band.max_requests, band.fairness.clone(), band.ordering),
+        (Some(10), Fairness::RoundRobin, Ordering::Edf)
+    );
     assert_eq!(band.max_bytes, Some(crate::flowcontrol::settings::DEFAULT_BAND_MAX_BYTES));
     assert_eq!(fc.band(0).fairness, Fairness::GlobalStrict);
+}
+
+#[test]
+fn new_flow_control_policies_and_admitters_are_wired() {
+    use crate::flowcontrol::settings::{Fairness, Ordering};
+    let text = "featureGates: [flowControl]\n\
+        plugins: [{type: queue-scorer}, {type: program-aware-fairness, name: pa, parameters: {lasHalfLifeSeconds: 30}}, \
+        {type: slo-deadline-ordering-policy}, {type: probabilistic-admitter, parameters: {k: 100}}, \
+        {type: latency-slo-admitter, name: slo}]\n\
+        flowControl: {defaultPriorityBand: {fairnessPolicyRef: pa, orderingPolicyRef: slo-deadline-ordering-policy}, \
+        priorityBands: [{priority: 3, fairnessPolicyRef: pa}]}";
+    let loaded = try_load(text).unwrap();
+    let fc = loaded.flow_control.expect("gate on");
+    let shared = match (&fc.band(0).fairness, &fc.band(3).fairness) {
+        (Fairness::Policy(a), Fairness::Policy(b)) => std::sync::Arc::ptr_eq(a, b),
+        other => panic!("{other:?}"),
+    };
+    assert!(shared, "both bands share the one program-aware instance");
+    assert_eq!((fc.band(0).ordering, fc.band(3).ordering), (Ordering::SloDeadline, Ordering::Fcfs));
+    let admitters: Vec<&str> = loaded.scheduler.admitters.iter().map(|a| &*a.slot.name).collect();
+    assert_eq!(admitters, ["probabilistic-admitter", "slo"], "every admitter, in declaration order");
+    assert!(
+        loaded.scheduler.producers.iter().any(|p| &*p.name == "predicted-latency-producer"),
+        "the SLO admitter's predictions are produced by the default producer"
+    );
+    assert!(loaded.scheduler.pre_request.iter().any(|p| &*p.name == "pa"), "program-aware tracks dispatches");
+    let errs = errors(
+        "plugins: [{type: queue-scorer}, {type: latency-slo-admitter, name: slo}, {type: program-aware-fairness}]\n\
+        flowControl: {defaultPriorityBand: {fairnessPolicyRef: slo, orderingPolicyRef: program-aware-fairness}}",
+    );
+    assert!(
+        has_error(&errs, "flowControl.defaultPriorityBand.fairnessPolicyRef", "is not a fairness policy"),
+        "{errs:?}"
+    );
+    assert!(
+        has_error(&errs, "flowControl.defaultPriorityBand.orderingPolicyRef", "is not a ordering policy"),
+        "{errs:?}"
+    );
 }
 
 #[test]

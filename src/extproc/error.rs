@@ -63,6 +63,8 @@ impl From<ScheduleError> for ExtProcError {
             | ScheduleError::NoResult { .. }
             | ScheduleError::NoProfileRan
             | ScheduleError::Saturated => Self::ResourceExhausted(e.to_string()),
+            // GIE and llm-d report an admitter's denial as Internal (500), whatever the reason.
+            ScheduleError::NotAdmitted { .. } => Self::Internal(e.to_string()),
         }
     }
 }
@@ -101,6 +103,9 @@ mod tests {
         let e = ExtProcError::BadRequest("model not found in request body".into());
         assert_eq!(e.body(), "inference error: BadRequest - model not found in request body");
         assert_eq!(ExtProcError::Internal("x".into()).http_status(), 500);
+        let denied = ExtProcError::from(ScheduleError::NotAdmitted { reason: "no valid endpoint".into() });
+        assert_eq!(denied.http_status(), 500);
+        assert_eq!(denied.body(), "inference error: Internal - request cannot be admitted: no valid endpoint");
     }
 
     #[test]

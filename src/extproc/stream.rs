@@ -22,7 +22,7 @@ use super::decide::{Outcome, prepare, random_endpoint, schedule_prepared};
 use super::error::ExtProcError;
 use super::response::{self as resp, Direction};
 use super::service::Shared;
-use crate::flowcontrol::{DEFAULT_FLOW, FlowRequest};
+use crate::flowcontrol::{DEFAULT_FLOW, FlowRequest, slo_ttft};
 use crate::proto::envoy::config::core::v3::HeaderMap;
 use crate::proto::ext_proc::processing_request::Request;
 use crate::proto::ext_proc::{CommonResponse, ProcessingRequest, ProcessingResponse};
@@ -298,6 +298,7 @@ impl StreamProcessor {
             bytes: request.body_len as u64,
             model: request.incoming_model.clone(),
             target: request.target_model.clone(),
+            slo_ttft: slo_ttft(&request.headers),
         };
         ExtProcError::from_admission(controller.enqueue_and_wait(flow).await)
     }

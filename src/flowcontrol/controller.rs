@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Outcome;
 use super::metrics::{FlowControlMetrics, FlowLabels};
-use super::queue::{EntryId, Queues};
+use super::queue::{Arrival, EntryId, Queues};
 use super::settings::FlowControlSettings;
 use crate::endpoints::store::EndpointStore;
 use crate::plugins::SaturationDetector;
@@ -35,6 +35,8 @@ pub struct FlowRequest {
     pub model: String,
     /// Target model (metric label).
     pub target: String,
+    /// The request's TTFT SLO (`slo-deadline-ordering-policy` orders by arrival + this).
+    pub slo_ttft: Option<Duration>,
 }
 
 /// A parked request: the dispatcher completes it.
@@ -117,7 +119,14 @@ impl FlowController {
         let ticket = Ticket { release, labels: labels.clone() };
         let pushed = {
             let mut queues = self.queues();
-            let pushed = queues.push(&request.fairness_id, request.priority, request.bytes, deadline, ticket);
+            let arrival = Arrival {
+                flow: &request.fairness_id,
+                priority: request.priority,
+                bytes: request.bytes,
+                deadline,
+                slo_deadline: request.slo_ttft.map(|slo| start + slo),
+            };
+            let pushed = queues.push_arrival(arrival, ticket);
             self.publish(&queues);
             pushed
         };

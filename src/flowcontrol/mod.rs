@@ -19,8 +19,19 @@ use std::time::Duration;
 
 pub use controller::{FlowController, FlowRequest};
 
+use crate::latency::features::SLO_TTFT_HEADERS;
+use crate::request::headers::RequestHeaders;
+
 /// Fairness id of requests that carry none.
 pub const DEFAULT_FLOW: &str = "default-flow";
+
+/// The TTFT SLO `slo-deadline-ordering-policy` orders by: the first non-empty of
+/// `x-slo-ttft-ms` (GIE) / `x-llm-d-slo-ttft-ms` (llm-d) as a whole non-negative number of
+/// milliseconds (as the reference parses it); anything else = no SLO.
+pub fn slo_ttft(headers: &RequestHeaders) -> Option<Duration> {
+    let ms: u64 = headers.get_any(SLO_TTFT_HEADERS)?.trim().parse().ok()?;
+    Some(Duration::from_millis(ms))
+}
 
 /// How a request's admission ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -50,5 +61,20 @@ impl Outcome {
             Self::EvictedCancelled => "EvictedContextCancelled",
             Self::EvictedOther => "EvictedOther",
         }
+    }
+}
+
+#[cfg(test)]
+mod slo_tests {
+    use super::*;
+
+    #[test]
+    fn slo_ttft_reads_whole_milliseconds_from_either_header() {
+        let h = |k: &str, v: &str| RequestHeaders { all: vec![(k.into(), v.into())] };
+        assert_eq!(slo_ttft(&h("x-slo-ttft-ms", " 250 ")), Some(Duration::from_millis(250)));
+        assert_eq!(slo_ttft(&h("x-llm-d-slo-ttft-ms", "0")), Some(Duration::ZERO));
+        assert_eq!(slo_ttft(&h("x-slo-ttft-ms", "-5")), None);
+        assert_eq!(slo_ttft(&h("x-slo-ttft-ms", "2.5")), None, "the reference parses an integer");
+        assert_eq!(slo_ttft(&h("x-slo-tpot-ms", "20")), None);
     }
 }

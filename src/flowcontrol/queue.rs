@@ -1,9 +1,11 @@
-//! The queues of Flow Control, without time or tasks: priority bands (highest first), each
-//! holding one FIFO per flow (fairness id). `push` enforces the global and per-band limits;
+//! The queues of Flow Control, without tasks: priority bands (highest first), each holding
+//! one ordered queue per flow (fairness id). `push` enforces the global and per-band limits;
 //! `pop_next` takes the next request of the highest-priority non-empty band, choosing the
 //! flow by the band's fairness policy and the request by its ordering policy; `remove`
-//! takes a request out early (TTL expiry, client cancel). Generic over the payload so the
-//! controller can park a waiter in each entry and tests can use plain values.
+//! takes a request out early (TTL expiry, client cancel). Time is read only to stamp arrivals
+//! and to tell a stateful fairness policy how long the head requests waited. Generic over
+//! the payload so the controller can park a waiter in each entry and tests can use plain
+//! values.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -11,6 +13,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use tokio::time::Instant;
 
 use super::settings::{BandSettings, Fairness, FlowControlSettings, Ordering};
+use crate::plugins::FlowView;
 
 /// Identifies a queued request.
 pub type EntryId = u64;
@@ -28,6 +31,10 @@ pub struct Entry<T> {
     pub bytes: u64,
     /// When it expires (`None` = never).
     pub deadline: Option<Instant>,
+    /// Arrival + TTFT SLO (`slo-deadline-ordering-policy`; `None` = no SLO).
+    pub slo_deadline: Option<Instant>,
+    /// When it was queued.
+    pub enqueued: Instant,
     /// Caller's data.
     pub payload: T,
 }
@@ -39,8 +46,24 @@ impl<T> Entry<T> {
             Ordering::Fcfs => (false, None, self.id),
             // A deadline sorts before none; ties by arrival.
             Ordering::Edf => (self.deadline.is_none(), self.deadline, self.id),
+            Ordering::SloDeadline => (self.slo_deadline.is_none(), self.slo_deadline, self.id),
         }
     }
+}
+
+/// A request to queue, besides its payload.
+#[derive(Clone, Copy, Debug)]
+pub struct Arrival<'a> {
+    /// Fairness id.
+    pub flow: &'a str,
+    /// Priority.
+    pub priority: i32,
+    /// Size counted against `maxBytes`.
+    pub bytes: u64,
+    /// Queue TTL deadline (`None` = never expires).
+    pub deadline: Option<Instant>,
+    /// SLO deadline for `slo-deadline-ordering-policy` (`None` = no SLO).
+    pub slo_deadline: Option<Instant>,
 }
 
 /// Why a request was not queued.
@@ -91,8 +114,8 @@ impl<T> Band<T> {
     }
 
     /// The flow to serve next under the band's fairness policy.
-    fn next_flow(&self) -> Option<String> {
-        match self.settings.fairness {
+    fn next_flow(&self, now: Instant) -> Option<String> {
+        match &self.settings.fairness {
             Fairness::RoundRobin => self.turns.front().cloned(),
             Fairness::GlobalStrict => {
                 let ordering = self.settings.ordering;
@@ -102,13 +125,28 @@ impl<T> Band<T> {
                     .min()
                     .map(|(_, name)| name.clone())
             }
+            Fairness::Policy(policy) => {
+                let mut views: Vec<FlowView<'_>> = self
+                    .flows
+                    .iter()
+                    .filter_map(|(id, q)| q.front().map(|h| FlowView { id, len: q.len(), head_enqueued: h.enqueued }))
+                    .collect();
+                // Sorted, so a policy's tie-breaking does not depend on hash order.
+                views.sort_unstable_by(|a, b| a.id.cmp(b.id));
+                let at = policy.pick(&views, now);
+                views.get(at).or(views.first()).map(|v| v.id.to_string())
+            }
         }
     }
 
     fn pop(&mut self) -> Option<Entry<T>> {
-        let flow = self.next_flow()?;
+        let now = Instant::now();
+        let flow = self.next_flow(now)?;
         let queue = self.flows.get_mut(&flow)?;
         let entry = queue.pop_front()?;
+        if let Fairness::Policy(policy) = &self.settings.fairness {
+            policy.dispatched(&flow, now.saturating_duration_since(entry.enqueued));
+        }
         let now_empty = queue.is_empty();
         if let Some(pos) = self.turns.iter().position(|f| *f == flow) {
             self.turns.remove(pos);
@@ -172,7 +210,7 @@ impl<T> Queues<T> {
         self.bytes
     }
 
-    /// Queues a request, or reports the limit it would exceed.
+    /// Queues a request without an SLO deadline, or reports the limit it would exceed.
     pub fn push(
         &mut self,
         flow: &str,
@@ -181,6 +219,12 @@ impl<T> Queues<T> {
         deadline: Option<Instant>,
         payload: T,
     ) -> Result<EntryId, CapacityError> {
+        self.push_arrival(Arrival { flow, priority, bytes, deadline, slo_deadline: None }, payload)
+    }
+
+    /// Queues a request, or reports the limit it would exceed.
+    pub fn push_arrival(&mut self, arrival: Arrival<'_>, payload: T) -> Result<EntryId, CapacityError> {
+        let Arrival { flow, priority, bytes, deadline, slo_deadline } = arrival;
         let over = |limit: Option<u64>, now: u64, add: u64| limit.is_some_and(|l| now + add > l);
         if over(self.settings.max_requests, self.requests, 1) {
             return Err(CapacityError::Global("maxRequests"));
@@ -198,7 +242,8 @@ impl<T> Queues<T> {
         }
         let id = self.next_id;
         self.next_id += 1;
-        band.insert(Entry { id, flow: flow.to_string(), priority, bytes, deadline, payload });
+        let enqueued = Instant::now();
+        band.insert(Entry { id, flow: flow.to_string(), priority, bytes, deadline, slo_deadline, enqueued, payload });
         self.bytes += bytes;
         self.requests += 1;
         Ok(id)
@@ -284,6 +329,22 @@ mod tests {
         q.push("f", 0, 1, Some(now + Duration::from_secs(9)), "late").unwrap();
         q.push("g", 0, 1, Some(now + Duration::from_secs(1)), "soon").unwrap();
         assert_eq!(drain(&mut q), ["soon", "late", "none"]);
+    }
+
+    #[test]
+    fn slo_deadline_serves_the_tightest_slo_first_and_slo_free_requests_last() {
+        let band = BandSettings { ordering: Ordering::SloDeadline, ..BandSettings::default() };
+        let mut q = Queues::new(FlowControlSettings { default_band: band, ..FlowControlSettings::default() });
+        let now = Instant::now();
+        let at = |ms| Some(now + Duration::from_millis(ms));
+        let arrive = |flow, slo_deadline| Arrival { flow, priority: 0, bytes: 1, deadline: at(1), slo_deadline };
+        // The queue TTL deadline (`deadline`) plays no part; only the SLO deadline does.
+        q.push_arrival(arrive("f", None), "no-slo").unwrap();
+        q.push_arrival(arrive("f", at(900)), "loose").unwrap();
+        q.push_arrival(arrive("g", at(100)), "tight").unwrap();
+        q.push_arrival(arrive("g", at(900)), "loose-later").unwrap();
+        q.push_arrival(arrive("f", None), "no-slo-later").unwrap();
+        assert_eq!(drain(&mut q), ["tight", "loose", "loose-later", "no-slo", "no-slo-later"]);
     }
 
     #[test]

@@ -3,13 +3,16 @@
 //! fairness and ordering policies, and the usage ceiling. Plain data, no behaviour beyond
 //! looking up the band of a priority.
 
+use std::sync::Arc;
 use std::time::Duration;
+
+use crate::plugins::FairnessPolicy;
 
 /// Per-band `maxBytes` when the config sets none (1 GB, as GIE).
 pub const DEFAULT_BAND_MAX_BYTES: u64 = 1_000_000_000;
 
 /// Which flow a band serves next.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default)]
 pub enum Fairness {
     /// `global-strict-fairness-policy`: the best head across all flows of the band, as if
     /// they were one queue.
@@ -17,6 +20,20 @@ pub enum Fairness {
     GlobalStrict,
     /// `round-robin-fairness-policy`: flows take turns, one request each.
     RoundRobin,
+    /// A stateful policy plugin (`program-aware-fairness`): it picks among the band's
+    /// non-empty flows and hears about every dispatch.
+    Policy(Arc<dyn FairnessPolicy>),
+}
+
+impl PartialEq for Fairness {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Self::GlobalStrict, Self::GlobalStrict) | (Self::RoundRobin, Self::RoundRobin) => true,
+            // The same plugin instance.
+            (Self::Policy(a), Self::Policy(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
 }
 
 /// Which request of a flow (and, under global-strict fairness, of the band) goes first.
@@ -28,6 +45,9 @@ pub enum Ordering {
     /// `edf-ordering-policy`: earliest deadline (arrival + TTL) first; requests without a
     /// deadline go last, in arrival order.
     Edf,
+    /// `slo-deadline-ordering-policy`: earliest SLO deadline (arrival + the request's TTFT
+    /// SLO header) first; requests without a valid SLO go last, in arrival order.
+    SloDeadline,
 }
 
 /// One priority band.

@@ -1,6 +1,8 @@
 //! Controller behaviour under tokio's paused clock: saturation holds and releases, strict
-//! priority through the dispatch loop, TTL expiry, capacity and no-endpoint rejections, and
-//! withdrawal when the caller goes away. A fake detector sets the pool's saturation.
+//! priority through the dispatch loop, TTL expiry, capacity and no-endpoint rejections,
+//! withdrawal when the caller goes away, and the dispatch order of the SLO-deadline ordering
+//! and program-aware fairness policies. Fake detectors set the pool's saturation (or let a
+//! fixed number of requests out per cycle).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -51,7 +53,7 @@ fn fixture(settings: FlowControlSettings, saturation: f64) -> Fixture {
 }
 
 fn request(flow: &str, priority: i32) -> FlowRequest {
-    FlowRequest { fairness_id: flow.into(), priority, bytes: 10, model: "m".into(), target: "m".into() }
+    FlowRequest { fairness_id: flow.into(), priority, bytes: 10, model: "m".into(), target: "m".into(), slo_ttft: None }
 }
 
 /// Waits (on the queue-length watch) until `n` requests are queued.
@@ -197,4 +199,99 @@ async fn with_no_endpoint_ttl_a_request_waits_for_the_pool_to_get_an_endpoint() 
     tokio::task::yield_now().await;
     store.replace(vec![endpoint("pod").endpoint()]);
     assert_eq!(waiting.await.expect("join"), Outcome::Dispatched);
+}
+
+/// Lets exactly `budget` requests out per refill: unsaturated while budget remains.
+#[derive(Debug, Default)]
+struct BudgetDetector(AtomicU64);
+
+impl SaturationDetector for BudgetDetector {
+    fn saturation(&self, _: &[Candidate], _: tokio::time::Instant) -> f64 {
+        let took = self.0.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |b| b.checked_sub(1)).is_ok();
+        if took { 0.0 } else { 1.0 }
+    }
+}
+
+/// Queues `requests` in order (each queued before the next arrives), then releases them one
+/// dispatch cycle at a time; returns the names in dispatch order.
+async fn dispatch_order(
+    settings: FlowControlSettings,
+    requests: Vec<(FlowRequest, &'static str)>,
+) -> Vec<&'static str> {
+    let store = EndpointStore::new();
+    store.replace(vec![endpoint("pod").endpoint()]);
+    let detector = Arc::new(BudgetDetector::default());
+    let c = Arc::new(FlowController::new(settings, store, Some(detector.clone()), FlowControlMetrics::detached()));
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let n = requests.len();
+    for (i, (r, name)) in requests.into_iter().enumerate() {
+        waiter(&c, r, name, &tx);
+        until_queued(&c, i as u64 + 1).await;
+        tokio::time::advance(Duration::from_millis(1)).await;
+    }
+    let mut order = Vec::new();
+    for _ in 0..n {
+        detector.0.store(1, Ordering::SeqCst);
+        assert_eq!(c.dispatch_cycle(), 1, "one release per unit of budget");
+        let (name, outcome) = rx.recv().await.expect("a waiter finished");
+        assert_eq!(outcome, Outcome::Dispatched);
+        order.push(name);
+    }
+    order
+}
+
+#[tokio::test(start_paused = true)]
+async fn slo_deadline_ordering_dispatches_the_tightest_ttft_slo_first() {
+    use super::settings::{BandSettings, Ordering as Order};
+    let band = BandSettings { ordering: Order::SloDeadline, ..BandSettings::default() };
+    let settings = FlowControlSettings { default_band: band, ..FlowControlSettings::default() };
+    let slo = |flow, ms: Option<u64>| FlowRequest { slo_ttft: ms.map(Duration::from_millis), ..request(flow, 0) };
+    let order = dispatch_order(
+        settings,
+        vec![(slo("a", None), "no-slo"), (slo("b", Some(900)), "loose"), (slo("a", Some(100)), "tight")],
+    )
+    .await;
+    assert_eq!(order, ["tight", "loose", "no-slo"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn program_aware_fairness_dispatches_the_least_served_program_first() {
+    use super::settings::{BandSettings, Fairness};
+    use crate::plugins::fairness::program_aware;
+    use crate::plugins::registry::{BuildContext, PluginSpec};
+    let spec = PluginSpec {
+        name: "pa".into(),
+        type_name: "program-aware-fairness".into(),
+        parameters: serde_json::Value::Null,
+        path: "plugins[0]".into(),
+    };
+    let inst = program_aware::build(&spec, &BuildContext::default()).expect("builds");
+    let policy = inst.fairness.clone().expect("fairness role");
+    // "heavy" already consumed 3000 weighted tokens.
+    let heavy = crate::request::InferenceRequest {
+        headers: crate::request::headers::RequestHeaders {
+            all: vec![("x-llm-d-inference-fairness-id".into(), "heavy".into())],
+        },
+        ..Default::default()
+    };
+    let usage = crate::request::usage::Usage { prompt_tokens: 1000, completion_tokens: 1000, cached_tokens: None };
+    let result = crate::scheduling::result::SchedulingResult {
+        primary_profile: "p".into(),
+        profiles: Vec::new(),
+        destination_port: None,
+    };
+    inst.response.expect("response role").on_response_complete(&heavy, &result, Some(&usage));
+    let band = BandSettings { fairness: Fairness::Policy(policy), ..BandSettings::default() };
+    let settings = FlowControlSettings { default_band: band, ..FlowControlSettings::default() };
+    let order = dispatch_order(
+        settings,
+        vec![
+            (request("heavy", 0), "h1"),
+            (request("heavy", 0), "h2"),
+            (request("light", 0), "l1"),
+            (request("light", 0), "l2"),
+        ],
+    )
+    .await;
+    assert_eq!(order, ["l1", "l2", "h1", "h2"], "global-strict would give h1 h2 l1 l2");
 }

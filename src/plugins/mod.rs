@@ -1,10 +1,13 @@
 //! Plugin contracts: one trait per extension point (profile handler, filter, scorer, picker,
-//! data producer, pre-request hook, response hook), the `PluginInstance` that records which
+//! data producer, admitter, pre-request hook, response hook, Flow Control fairness policy),
+//! the `PluginInstance` that records which
 //! roles one configured plugin fills, and the catalogue modules. Every method is synchronous,
 //! takes `&self` and does no I/O: plugins read the request, the per-request data produced
 //! before scheduling, and the candidates' metric snapshots.
 
+pub mod admitter;
 pub mod decider;
+pub mod fairness;
 pub mod filter;
 pub mod picker;
 pub mod producer;
@@ -94,6 +97,35 @@ pub trait DataProducer: Send + Sync + fmt::Debug {
     fn kv_index(&self) -> Option<Arc<crate::kvcache::PrefixIndex>> {
         None
     }
+}
+
+/// Decides, after the data producers ran and before any profile runs, whether a request may
+/// be scheduled at all. Every instantiated admitter is asked, in declaration order; the first
+/// denial ends the request (`500 request cannot be admitted: <reason>`, as GIE and llm-d).
+pub trait Admitter: Send + Sync + fmt::Debug {
+    /// `Ok(())` admits; `Err(reason)` denies with a short human-readable reason.
+    /// `priority` is the request's resolved priority (negative = sheddable).
+    fn admit(&self, cx: &SchedulingContext<'_>, priority: i32, candidates: &[Candidate]) -> Result<(), String>;
+}
+
+/// One non-empty flow of a Flow Control priority band, as a fairness policy sees it.
+#[derive(Clone, Copy, Debug)]
+pub struct FlowView<'a> {
+    /// Fairness id of the flow (for `program-aware-fairness`: the program).
+    pub id: &'a str,
+    /// Requests queued in the flow (at least 1).
+    pub len: usize,
+    /// When the flow's head request (the next one its ordering policy releases) was queued.
+    pub head_enqueued: tokio::time::Instant,
+}
+
+/// A stateful Flow Control fairness policy (the built-in stateless ones live in
+/// `flowcontrol::settings::Fairness`). Called with the queue lock held: keep it short.
+pub trait FairnessPolicy: Send + Sync + fmt::Debug {
+    /// Index into `flows` (non-empty, sorted by id) of the flow to serve next.
+    fn pick(&self, flows: &[FlowView<'_>], now: tokio::time::Instant) -> usize;
+    /// A request of flow `id` left the queue for dispatch after waiting `waited`.
+    fn dispatched(&self, _id: &str, _waited: std::time::Duration) {}
 }
 
 /// Sees the decision before the headers reply; may add or remove request headers and update
@@ -189,6 +221,10 @@ pub struct PluginInstance {
     pub saturation: Option<Arc<dyn SaturationDetector>>,
     /// Decider role (referred to by name from a profile handler's parameters).
     pub decider: Option<Arc<dyn Decider>>,
+    /// Admitter role (every instance with it is asked before scheduling).
+    pub admitter: Option<Arc<dyn Admitter>>,
+    /// Flow Control fairness-policy role (referred to by `fairnessPolicyRef`).
+    pub fairness: Option<Arc<dyn FairnessPolicy>>,
     /// Background work the app starts after loading (e.g. KV-event subscriptions).
     pub background: Option<Arc<dyn BackgroundService>>,
     /// A data-layer or policy plugin that the scheduler itself does not call (metrics
@@ -212,6 +248,8 @@ impl PluginInstance {
             consumer: None,
             saturation: None,
             decider: None,
+            admitter: None,
+            fairness: None,
             background: None,
             passive: false,
         }
@@ -267,6 +305,16 @@ impl PluginInstance {
         self.decider = Some(p);
         self
     }
+    /// Adds the admitter role.
+    pub fn with_admitter(mut self, p: Arc<dyn Admitter>) -> Self {
+        self.admitter = Some(p);
+        self
+    }
+    /// Adds the Flow Control fairness-policy role.
+    pub fn with_fairness(mut self, p: Arc<dyn FairnessPolicy>) -> Self {
+        self.fairness = Some(p);
+        self
+    }
     /// Adds a background service.
     pub fn with_background(mut self, p: Arc<dyn BackgroundService>) -> Self {
         self.background = Some(p);
@@ -290,6 +338,8 @@ impl PluginInstance {
             (self.response.is_some(), "response hook"),
             (self.saturation.is_some(), "saturation detector"),
             (self.decider.is_some(), "decider"),
+            (self.admitter.is_some(), "admitter"),
+            (self.fairness.is_some(), "fairness policy"),
             (self.passive, "data-layer/policy plugin"),
         ];
         roles.iter().filter(|(has, _)| *has).map(|(_, name)| *name).collect::<Vec<_>>().join(", ")

@@ -9,7 +9,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use prometheus::{IntCounterVec, IntGaugeVec};
 use serde::de::DeserializeOwned;
 
-use super::{PluginInstance, PluginName, decider, filter, picker, producer, profile_handler, scorer, served_verifier};
+use super::{
+    PluginInstance, PluginName, admitter, decider, fairness, filter, picker, producer, profile_handler, scorer,
+    served_verifier,
+};
 use crate::endpoints::store::EndpointStore;
 use crate::telemetry::twin::{RATIO_BUCKETS, TwinGaugeVec, TwinHistogramVec};
 
@@ -120,6 +123,8 @@ pub struct PluginMetrics {
     pub tokenize: crate::tokenize::metrics::TokenizeMetrics,
     /// Latency-predictor series (`predicted-latency-producer`).
     pub latency: crate::latency::metrics::LatencyMetrics,
+    /// `llm_d_epp_program_aware_*` gauges (`program-aware-fairness`).
+    pub program_aware: std::sync::Arc<super::fairness::metrics::ProgramAwareMetrics>,
 }
 
 impl PluginMetrics {
@@ -190,6 +195,7 @@ impl PluginMetrics {
             kv: std::sync::Arc::new(crate::kvcache::KvCacheMetrics::register(registry)?),
             tokenize: crate::tokenize::metrics::TokenizeMetrics::register(registry)?,
             latency: crate::latency::metrics::LatencyMetrics::register(registry)?,
+            program_aware: std::sync::Arc::new(super::fairness::metrics::ProgramAwareMetrics::register(registry)?),
         })
     }
 }
@@ -328,7 +334,10 @@ pub fn builtin() -> Registry {
         .add(profile_handler::disagg_headers::TYPE, profile_handler::disagg_headers::build)
         .add(decider::ALWAYS_PD, decider::build_always)
         .add(decider::prefix_based::TYPE, decider::prefix_based::build)
-        .add(decider::multimodal::TYPE, decider::multimodal::build);
+        .add(decider::multimodal::TYPE, decider::multimodal::build)
+        .add(admitter::latency_slo::TYPE, admitter::latency_slo::build)
+        .add(admitter::probabilistic::TYPE, admitter::probabilistic::build)
+        .add(fairness::program_aware::TYPE, fairness::program_aware::build);
     for (type_name, factory) in producer::passive::TYPES {
         r.add(type_name, *factory);
     }

@@ -1,7 +1,8 @@
-//! Scheduler metrics: end-to-end decision latency, attempts by outcome, and per-plugin call
-//! latency (`extension_point`, `plugin_type`, `plugin_name`), with GIE and llm-d names.
+//! Scheduler metrics: end-to-end decision latency, attempts by outcome, per-plugin call
+//! latency (`extension_point`, `plugin_type`, `plugin_name`), with GIE and llm-d names, and
+//! epp's own admitter decision counter (`epp_admitter_decisions_total`).
 
-use prometheus::Registry;
+use prometheus::{IntCounter, IntCounterVec, Opts, Registry};
 
 use crate::telemetry::twin::{SCHEDULER_BUCKETS, TwinCounterVec, TwinHistogram, TwinHistogramVec};
 
@@ -22,6 +23,8 @@ pub enum ExtensionPoint {
     PreRequest,
     /// Data producer.
     DataProducer,
+    /// Admitter (GIE/llm-d `AdmissionExtensionPoint`).
+    Admission,
 }
 
 impl ExtensionPoint {
@@ -35,6 +38,7 @@ impl ExtensionPoint {
             Self::ProcessProfilesResults => "ProcessProfilesResults",
             Self::PreRequest => "PreRequest",
             Self::DataProducer => "DataProducer",
+            Self::Admission => "Admission",
         }
     }
 }
@@ -45,6 +49,16 @@ pub struct SchedulerMetrics {
     e2e: TwinHistogram,
     plugin: TwinHistogramVec,
     attempts: TwinCounterVec,
+    admissions: IntCounterVec,
+}
+
+/// Counters of one admitter's decisions (resolved once at build time).
+#[derive(Clone, Debug)]
+pub struct AdmissionCounters {
+    /// Requests admitted.
+    pub admitted: IntCounter,
+    /// Requests denied.
+    pub rejected: IntCounter,
 }
 
 impl SchedulerMetrics {
@@ -74,7 +88,12 @@ impl SchedulerMetrics {
             "Scheduling attempts by status.",
             &["status"],
         )?;
-        Ok(Self { e2e, plugin, attempts })
+        let admissions = IntCounterVec::new(
+            Opts::new("epp_admitter_decisions_total", "Admitter decisions by plugin (admitted / rejected)."),
+            &["plugin_type", "plugin_name", "decision"],
+        )?;
+        registry.register(Box::new(admissions.clone()))?;
+        Ok(Self { e2e, plugin, attempts, admissions })
     }
 
     /// Unregistered handles for tests and benchmarks.
@@ -85,6 +104,14 @@ impl SchedulerMetrics {
     /// Timer handle of one plugin at one extension point (resolve once at build time).
     pub fn plugin_timer(&self, point: ExtensionPoint, plugin_type: &str, plugin_name: &str) -> TwinHistogram {
         self.plugin.with(&[point.as_str(), plugin_type, plugin_name])
+    }
+
+    /// Decision counters of one admitter (resolve once at build time).
+    pub fn admission_counters(&self, plugin_type: &str, plugin_name: &str) -> AdmissionCounters {
+        AdmissionCounters {
+            admitted: self.admissions.with_label_values(&[plugin_type, plugin_name, "admitted"]),
+            rejected: self.admissions.with_label_values(&[plugin_type, plugin_name, "rejected"]),
+        }
     }
 
     /// Records a decision's latency and outcome.

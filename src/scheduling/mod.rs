@@ -35,4 +35,10 @@ pub enum ScheduleError {
     /// A sheddable request arrived while the pool is saturated.
     #[error("system saturated, sheddable request dropped")]
     Saturated,
+    /// An admitter denied the request (GIE/llm-d: `Internal`, HTTP 500).
+    #[error("request cannot be admitted: {reason}")]
+    NotAdmitted {
+        /// The admitter's reason.
+        reason: String,
+    },
 }

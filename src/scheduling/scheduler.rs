@@ -1,7 +1,8 @@
 //! The scheduler: an immutable pipeline built from the validated config. `schedule` runs the
-//! data producers once, then the profile handler loop (pick profiles, run each, combine),
-//! then the pre-request hooks, and returns the decision with the header edits. Synchronous,
-//! no I/O; safe to call from many threads at once.
+//! data producers once, then the admitters (the first denial ends the request), then the
+//! profile handler loop (pick profiles, run each, combine), then the pre-request hooks, and
+//! returns the decision with the header edits. Synchronous, no I/O; safe to call from many
+//! threads at once.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -9,11 +10,13 @@ use std::time::Instant;
 use super::ScheduleError;
 use super::context::SchedulingContext;
 use super::data::RequestData;
-use super::metrics::SchedulerMetrics;
+use super::metrics::{AdmissionCounters, SchedulerMetrics};
 use super::profile::{Profile, ProfileFailure, Slot};
 use super::result::{HeaderEdits, ProfileResults, SchedulingResult};
 use crate::endpoints::model::Candidate;
-use crate::plugins::{DataProducer, PluginName, PreRequest, ProfileHandler, ResponseHook, SaturationDetector};
+use crate::plugins::{
+    Admitter, DataProducer, PluginName, PreRequest, ProfileHandler, ResponseHook, SaturationDetector,
+};
 use crate::request::InferenceRequest;
 
 /// A decision and everything computed on the way.
@@ -27,6 +30,15 @@ pub struct Decision {
     pub headers: HeaderEdits,
 }
 
+/// An admitter with its timer and decision counters.
+#[derive(Clone, Debug)]
+pub struct AdmitterSlot {
+    /// The plugin and its `Admission` timer.
+    pub slot: Slot<dyn Admitter>,
+    /// `epp_admitter_decisions_total` children.
+    pub counters: AdmissionCounters,
+}
+
 /// The immutable scheduling pipeline.
 #[derive(Debug)]
 pub struct Scheduler {
@@ -36,6 +48,8 @@ pub struct Scheduler {
     pub profiles: Vec<Profile>,
     /// Producers in dependency order.
     pub producers: Vec<Slot<dyn DataProducer>>,
+    /// Admitters (every instantiated plugin with that role, in declaration order).
+    pub admitters: Vec<AdmitterSlot>,
     /// Pre-request hooks (every instantiated plugin with that role).
     pub pre_request: Vec<Slot<dyn PreRequest>>,
     /// Response hooks.
@@ -77,6 +91,7 @@ impl Scheduler {
             handler,
             profiles,
             producers,
+            admitters: Vec::new(),
             pre_request,
             response,
             default_prefix_producer,
@@ -111,6 +126,28 @@ impl Scheduler {
         data
     }
 
+    /// Asks every admitter in turn; the first denial becomes `NotAdmitted`.
+    fn admit(&self, cx: &SchedulingContext<'_>, candidates: &[Candidate]) -> Result<(), ScheduleError> {
+        if self.admitters.is_empty() {
+            return Ok(());
+        }
+        let priority = self.priority(cx.request);
+        for a in &self.admitters {
+            let start = Instant::now();
+            let verdict = a.slot.plugin.admit(cx, priority, candidates);
+            a.slot.timer.observe(start.elapsed().as_secs_f64());
+            match verdict {
+                Ok(()) => a.counters.admitted.inc(),
+                Err(reason) => {
+                    a.counters.rejected.inc();
+                    tracing::debug!(plugin = %a.slot.name, %reason, "Admitter denied the request");
+                    return Err(ScheduleError::NotAdmitted { reason });
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Schedules a request over `candidates` (already restricted by the subset hint).
     pub fn schedule(&self, request: &InferenceRequest, candidates: Vec<Candidate>) -> Result<Decision, ScheduleError> {
         let start = Instant::now();
@@ -136,6 +173,7 @@ impl Scheduler {
         }
         let data = self.produce(request, &candidates);
         let cx = SchedulingContext { request, data: &data, now: tokio::time::Instant::now() };
+        self.admit(&cx, &candidates)?;
         let mut results = ProfileResults::default();
         let mut last_failure = None;
         // Bounded: each round must run at least one profile not evaluated before.
@@ -175,5 +213,56 @@ impl Scheduler {
             hook.timer.observe(start.elapsed().as_secs_f64());
         }
         Ok(Decision { result, data, headers })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::plugins::registry::{BuildContext, BuildError, PluginSpec, builtin};
+    use crate::plugins::{Admitter, PluginInstance};
+    use crate::test_util::{chat_request, endpoint};
+
+    /// Admits or denies everything.
+    #[derive(Debug)]
+    struct Fixed(bool);
+
+    impl Admitter for Fixed {
+        fn admit(&self, _: &SchedulingContext<'_>, _: i32, _: &[Candidate]) -> Result<(), String> {
+            if self.0 { Ok(()) } else { Err("fixed denial".into()) }
+        }
+    }
+
+    fn allow(spec: &PluginSpec, _: &BuildContext) -> Result<PluginInstance, BuildError> {
+        Ok(PluginInstance::new(spec.name.clone(), "allow-admitter").with_admitter(Arc::new(Fixed(true))))
+    }
+
+    fn deny(spec: &PluginSpec, _: &BuildContext) -> Result<PluginInstance, BuildError> {
+        Ok(PluginInstance::new(spec.name.clone(), "deny-admitter").with_admitter(Arc::new(Fixed(false))))
+    }
+
+    #[test]
+    fn admitters_run_in_order_and_the_first_denial_stops_the_request() {
+        let mut registry = builtin();
+        registry.add("allow-admitter", allow).add("deny-admitter", deny);
+        let metrics = SchedulerMetrics::detached();
+        let text = "plugins: [{type: allow-admitter, name: first}, {type: deny-admitter, name: no}, \
+                    {type: allow-admitter, name: last}, {type: queue-scorer}]";
+        let loaded = crate::config::load(text, &registry, &BuildContext::default(), metrics.clone()).expect("loads");
+        let outcome = loaded.scheduler.schedule(&chat_request("m", &["hi"]), vec![endpoint("a").build()]);
+        assert_eq!(outcome.map(|_| ()), Err(ScheduleError::NotAdmitted { reason: "fixed denial".into() }));
+        let count = |t, n, admitted: bool| {
+            let c = metrics.admission_counters(t, n);
+            if admitted { c.admitted.get() } else { c.rejected.get() }
+        };
+        assert_eq!(count("allow-admitter", "first", true), 1);
+        assert_eq!(count("deny-admitter", "no", false), 1);
+        assert_eq!(count("allow-admitter", "last", true), 0, "never asked after the denial");
+        // Without the denying admitter the request is scheduled.
+        let text = "plugins: [{type: allow-admitter}, {type: queue-scorer}]";
+        let loaded = crate::config::load(text, &registry, &BuildContext::default(), metrics).expect("loads");
+        assert!(loaded.scheduler.schedule(&chat_request("m", &["hi"]), vec![endpoint("a").build()]).is_ok());
     }
 }

@@ -32,6 +32,11 @@ impl BoundedLabels {
         }
         "other".to_string()
     }
+
+    /// Frees `value`'s slot (its series were removed); true when it had one.
+    pub fn forget(&self, value: &str) -> bool {
+        self.seen.lock().unwrap_or_else(|p| p.into_inner()).remove(value)
+    }
 }
 
 #[cfg(test)]
@@ -45,5 +50,8 @@ mod tests {
         assert_eq!(l.get(""), "unknown");
         assert_eq!(l.get("b"), "other");
         assert_eq!(l.get("a"), "a");
+        assert!(l.forget("a"));
+        assert!(!l.forget("b"), "b was folded into other");
+        assert_eq!(l.get("b"), "b", "a's slot is free again");
     }
 }

@@ -1,6 +1,8 @@
 //! Passive plugins: types that EndpointPickerConfig files name for the data layer, request
 //! parsing and flow control. They load with strictly checked parameters so existing configs
-//! work; the scheduler does not call them. `metrics-data-source` and `core-metrics-extractor`
+//! work; the scheduler does not call them. The stateless Flow Control policies
+//! (`*-ordering-policy`, `*-fairness-policy`) act through `flowControl` band references,
+//! which `config::flow_control` maps to `flowcontrol::settings`. `metrics-data-source` and `core-metrics-extractor`
 //! parameters configure the scraper (read by the app from the validated config).
 
 use serde::Deserialize;
@@ -159,6 +161,7 @@ pub const TYPES: &[(&str, Factory)] = &[
     ("anthropic-parser", no_params),
     ("fcfs-ordering-policy", no_params),
     ("edf-ordering-policy", no_params),
+    ("slo-deadline-ordering-policy", no_params),
     ("global-strict-fairness-policy", no_params),
     ("round-robin-fairness-policy", no_params),
     ("static-usage-limit-policy", any_params),
