@@ -10,6 +10,7 @@ pub mod picker;
 pub mod producer;
 pub mod profile_handler;
 pub mod registry;
+pub mod request_parser;
 pub mod scorer;
 pub mod served_verifier;
 
@@ -191,8 +192,10 @@ pub struct PluginInstance {
     pub decider: Option<Arc<dyn Decider>>,
     /// Background work the app starts after loading (e.g. KV-event subscriptions).
     pub background: Option<Arc<dyn BackgroundService>>,
+    /// Request-parser role (named from `parser` / `requestHandler.parsers`).
+    pub parser: Option<crate::request::parsers::ParserKind>,
     /// A data-layer or policy plugin that the scheduler itself does not call (metrics
-    /// sources, extractors, parsers, flow-control policies).
+    /// sources, extractors, flow-control policies).
     pub passive: bool,
 }
 
@@ -213,6 +216,7 @@ impl PluginInstance {
             saturation: None,
             decider: None,
             background: None,
+            parser: None,
             passive: false,
         }
     }
@@ -272,6 +276,11 @@ impl PluginInstance {
         self.background = Some(p);
         self
     }
+    /// Adds the request-parser role.
+    pub fn with_parser(mut self, kind: crate::request::parsers::ParserKind) -> Self {
+        self.parser = Some(kind);
+        self
+    }
     /// Marks the plugin as passive (data layer / policy).
     pub fn passive(mut self) -> Self {
         self.passive = true;
@@ -290,6 +299,7 @@ impl PluginInstance {
             (self.response.is_some(), "response hook"),
             (self.saturation.is_some(), "saturation detector"),
             (self.decider.is_some(), "decider"),
+            (self.parser.is_some(), "request parser"),
             (self.passive, "data-layer/policy plugin"),
         ];
         roles.iter().filter(|(has, _)| *has).map(|(_, name)| *name).collect::<Vec<_>>().join(", ")

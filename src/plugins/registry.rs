@@ -9,7 +9,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use prometheus::{IntCounterVec, IntGaugeVec};
 use serde::de::DeserializeOwned;
 
-use super::{PluginInstance, PluginName, decider, filter, picker, producer, profile_handler, scorer, served_verifier};
+use super::{
+    PluginInstance, PluginName, decider, filter, picker, producer, profile_handler, request_parser, scorer,
+    served_verifier,
+};
 use crate::endpoints::store::EndpointStore;
 use crate::telemetry::twin::{RATIO_BUCKETS, TwinGaugeVec, TwinHistogramVec};
 
@@ -331,6 +334,9 @@ pub fn builtin() -> Registry {
         .add(decider::multimodal::TYPE, decider::multimodal::build);
     for (type_name, factory) in producer::passive::TYPES {
         r.add(type_name, *factory);
+    }
+    for (type_name, factory) in request_parser::TYPES {
+        r.add(type_name, factory);
     }
     r.alias(scorer::kv_utilization::OLD_TYPE, scorer::kv_utilization::TYPE)
         .alias(producer::token::OLD_TYPE, producer::token::TYPE)

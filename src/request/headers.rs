@@ -80,6 +80,15 @@ impl RequestHeaders {
         self.get_any(&[":path", "x-original-path", "x-forwarded-path"]).unwrap_or("/v1/completions")
     }
 
+    /// True for a gRPC request (`content-type: application/grpc`, `application/grpc+proto`,
+    /// ...): failures are then answered with a gRPC status.
+    pub fn is_grpc(&self) -> bool {
+        self.get("content-type").is_some_and(|ct| {
+            let ct = ct.trim().to_ascii_lowercase();
+            ct == "application/grpc" || ct.starts_with("application/grpc+") || ct.starts_with("application/grpc;")
+        })
+    }
+
     /// The target model override header, if any.
     pub fn model_rewrite(&self) -> Option<&str> {
         self.get_any(&[MODEL_NAME_REWRITE_LLMD, MODEL_NAME_REWRITE])

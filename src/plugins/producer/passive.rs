@@ -1,5 +1,5 @@
-//! Passive plugins: types that EndpointPickerConfig files name for the data layer, request
-//! parsing and flow control. They load with strictly checked parameters so existing configs
+//! Passive plugins: types that EndpointPickerConfig files name for the data layer and flow
+//! control. They load with strictly checked parameters so existing configs
 //! work; the scheduler does not call them. `metrics-data-source` and `core-metrics-extractor`
 //! parameters configure the scraper (read by the app from the validated config).
 
@@ -153,10 +153,6 @@ pub const TYPES: &[(&str, Factory)] = &[
     ("metrics-data-source", metrics_data_source),
     ("core-metrics-extractor", core_metrics_extractor),
     ("endpoint-notification-source", no_params),
-    ("openai-parser", no_params),
-    ("passthrough-parser", no_params),
-    ("vllmhttp-parser", no_params),
-    ("anthropic-parser", no_params),
     ("fcfs-ordering-policy", no_params),
     ("edf-ordering-policy", no_params),
     ("global-strict-fairness-policy", no_params),
