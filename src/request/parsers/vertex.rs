@@ -21,24 +21,25 @@ use crate::request::openai::{ApiKind, parse_body_with};
 pub const METHODS: &[&str] =
     &["PredictionService/ChatCompletions", "PredictionService/StreamRawPredict", "PredictionService/RawPredict"];
 
+/// Decodes one request message and returns its `http_body`.
+type DecodeFn = fn(&[u8]) -> Result<Option<HttpBody>, prost::DecodeError>;
+
 /// Parses a Vertex AI request body for method `path` (query string already removed).
 ///
 /// Errors: [`ParseError::Frame`], [`ParseError::Proto`], [`ParseError::Invalid`] (no
 /// `http_body`), [`ParseError::Body`] (the JSON inside).
 pub fn parse(path: &str, body: &[u8]) -> Result<Option<Parsed>, ParseError> {
     let path = path.trim_end_matches('/');
-    let (name, api, decode): (&'static str, ApiKind, fn(&[u8]) -> Result<Option<HttpBody>, prost::DecodeError>) =
-        if path.ends_with("PredictionService/ChatCompletions") {
-            ("ChatCompletionsRequest", ApiKind::ChatCompletions, |m| {
-                ChatCompletionsRequest::decode(m).map(|r| r.http_body)
-            })
-        } else if path.ends_with("PredictionService/StreamRawPredict") {
-            ("StreamRawPredictRequest", ApiKind::Responses, |m| StreamRawPredictRequest::decode(m).map(|r| r.http_body))
-        } else if path.ends_with("PredictionService/RawPredict") {
-            ("RawPredictRequest", ApiKind::Responses, |m| RawPredictRequest::decode(m).map(|r| r.http_body))
-        } else {
-            return Ok(None);
-        };
+    let (name, api, decode): (&'static str, ApiKind, DecodeFn) = if path.ends_with("PredictionService/ChatCompletions")
+    {
+        ("ChatCompletionsRequest", ApiKind::ChatCompletions, |m| ChatCompletionsRequest::decode(m).map(|r| r.http_body))
+    } else if path.ends_with("PredictionService/StreamRawPredict") {
+        ("StreamRawPredictRequest", ApiKind::Responses, |m| StreamRawPredictRequest::decode(m).map(|r| r.http_body))
+    } else if path.ends_with("PredictionService/RawPredict") {
+        ("RawPredictRequest", ApiKind::Responses, |m| RawPredictRequest::decode(m).map(|r| r.http_body))
+    } else {
+        return Ok(None);
+    };
     let message = single_message(body)?;
     let http_body = decode(message).map_err(|source| ParseError::Proto { message: name, source })?;
     let Some(http_body) = http_body else {
