@@ -203,3 +203,65 @@ async fn vertexai_chat_completions_are_unwrapped_and_routed_by_prefix() {
     assert_eq!(count, 4);
     assert!(sum > 2.5, "sum {sum}");
 }
+
+/// A vLLM render server: answers `{"token_ids": ids}` and forwards each (path, body) seen.
+async fn render_server(
+    ids: Vec<u32>,
+) -> (std::net::SocketAddr, tokio::sync::mpsc::UnboundedReceiver<(String, Vec<u8>)>) {
+    use http_body_util::BodyExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let answer = bytes::Bytes::from(serde_json::to_vec(&serde_json::json!({ "token_ids": ids })).unwrap());
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { return };
+            let (tx, answer) = (tx.clone(), answer.clone());
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                    let (tx, answer) = (tx.clone(), answer.clone());
+                    async move {
+                        let path = req.uri().path().to_string();
+                        let body = req.into_body().collect().await.map(|b| b.to_bytes().to_vec()).unwrap_or_default();
+                        let _ = tx.send((path, body));
+                        Ok::<_, std::convert::Infallible>(hyper::Response::new(http_body_util::Full::new(answer)))
+                    }
+                });
+                let io = hyper_util::rt::TokioIo::new(stream);
+                let _ = hyper::server::conn::http1::Builder::new().serve_connection(io, svc).await;
+            });
+        }
+    });
+    (addr, rx)
+}
+
+#[tokio::test]
+async fn vllmgrpc_text_prompt_is_rendered_from_synthesized_json() {
+    let pod = FakeVllm::start([127, 0, 0, 52], 0, 0, 0.1).await;
+    let (render, mut seen) = render_server((0..300).collect()).await;
+    let cfg = format!(
+        "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n\
+         - type: token-producer\n  parameters: {{modelName: m, vllm: {{url: \"http://{render}\", timeout: 5s}}}}\n\
+         - type: queue-scorer\n- type: prefix-cache-scorer\n- {{name: grpc, type: vllmgrpc-parser}}\n\
+         schedulingProfiles:\n- name: default\n  plugins:\n  - pluginRef: queue-scorer\n  - pluginRef: prefix-cache-scorer\n\
+         requestHandler: {{parsers: [{{pluginRef: grpc}}]}}\n"
+    );
+    let epp = TestEpp::start(&endpoints_yaml(&[("a", pod.addr, &[])]), Some(&cfg), |_| {}).await;
+    epp.wait_waiting(&[("a", 0)]).await;
+    let request = GenerateRequest {
+        request_id: "t".into(),
+        input: Some(generate_request::Input::Text("hello from grpc".into())),
+        sampling_params: None,
+        stream: false,
+    };
+    let body = frame(&request.encode_to_vec());
+    let routed = route_all(&epp, GENERATE, &[GRPC], &[body]).await;
+    assert_eq!(routed[0].0, pod.addr.to_string());
+    let (path, json) = tokio::time::timeout(WAIT, seen.recv()).await.expect("render called").expect("one call");
+    assert_eq!(path, "/v1/completions/render");
+    let json: serde_json::Value = serde_json::from_slice(&json).expect("the tokenizer got JSON, not protobuf");
+    assert_eq!(json["prompt"], "hello from grpc");
+    assert_eq!(json["model"], "m");
+    let (_, count) = prefix_hit_ratio(&epp).await;
+    assert_eq!(count, 1, "the rendered tokens reached the prefix producer");
+}

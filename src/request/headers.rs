@@ -104,3 +104,20 @@ impl RequestHeaders {
         self.get_any(&[FAIRNESS_ID_LLMD, FAIRNESS_ID])
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_requests_are_recognised_by_content_type() {
+        let with = |ct: &str| RequestHeaders { all: vec![("content-type".into(), ct.into())] };
+        for ct in ["application/grpc", "application/grpc+proto", "Application/GRPC; charset=x"] {
+            assert!(with(ct).is_grpc(), "{ct}");
+        }
+        for ct in ["application/json", "application/grpc-web", "text/plain"] {
+            assert!(!with(ct).is_grpc(), "{ct}");
+        }
+        assert!(!RequestHeaders::default().is_grpc());
+    }
+}

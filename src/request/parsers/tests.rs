@@ -185,7 +185,9 @@ fn vertex_chat_completions_unwraps_openai_json_with_optional_model() {
     assert!(p.body.stream);
     assert_eq!(p.body.model, "");
     assert!(!p.rewritable);
-    assert!(p.tokenize_json.is_some_and(|j| j.starts_with(b"{\"messages\"")));
+    let json: serde_json::Value = serde_json::from_slice(&p.tokenize_json.unwrap()).unwrap();
+    assert_eq!(json["model"], "", "a model key for the rendering tokenizer to replace");
+    assert_eq!(json["messages"][0]["content"], "Hello");
     let named =
         parsed(&set, VERTEX_CHAT, &vertex_chat(br#"{"model":"gemma","messages":[{"role":"user","content":"x"}]}"#));
     assert_eq!(named.body.model, "gemma");

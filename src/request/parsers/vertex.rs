@@ -46,5 +46,17 @@ pub fn parse(path: &str, body: &[u8]) -> Result<Option<Parsed>, ParseError> {
         return Err(ParseError::Invalid(format!("{name} has no HttpBody")));
     };
     let parsed = parse_body_with(api, &http_body.data, false)?;
-    Ok(Some(Parsed { body: parsed, rewritable: false, tokenize_json: Some(http_body.data) }))
+    // A rendering tokenizer replaces the top-level `model`, so the JSON it gets must have one.
+    let json = if parsed.model.is_empty() { with_model_key(&http_body.data) } else { http_body.data };
+    Ok(Some(Parsed { body: parsed, rewritable: false, tokenize_json: Some(json) }))
+}
+
+/// `json` (a validated, non-empty object) with `"model":""` as its first key.
+fn with_model_key(json: &[u8]) -> Vec<u8> {
+    let Some(open) = json.iter().position(|&b| b == b'{') else { return json.to_vec() };
+    let mut out = Vec::with_capacity(json.len() + 11);
+    out.extend_from_slice(&json[..=open]);
+    out.extend_from_slice(br#""model":"","#);
+    out.extend_from_slice(&json[open + 1..]);
+    out
 }
