@@ -220,15 +220,15 @@ impl StreamProcessor {
         let use_hint = !self.shared.options.disable_subset_filter;
         let body = Bytes::from(std::mem::take(&mut self.body));
         let large = body.len() > OFFLOAD_BODY_BYTES;
-        let parsers = self.shared.scheduler.load().parsers.clone();
         let prepared = if large {
+            let parsers = self.shared.scheduler.load().parsers.clone();
             let (headers, raw) = (self.headers.clone(), body.clone());
             match tokio::task::spawn_blocking(move || prepare(&parsers, &headers, &raw)).await {
                 Ok(p) => p,
                 Err(e) => return self.fail(ExtProcError::Internal(format!("parsing task failed: {e}"))),
             }
         } else {
-            prepare(&parsers, &self.headers, &body)
+            prepare(&self.shared.scheduler.load().parsers, &self.headers, &body)
         };
         let mut prepared = match prepared {
             Ok(p) => p,
