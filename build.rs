@@ -1,7 +1,13 @@
-//! Compiles the project's minimal Envoy ext_proc protos with protox (no system `protoc`).
+//! Compiles the project's minimal protos with protox (no system `protoc`): Envoy ext_proc, and
+//! the request messages of the gRPC inference APIs the request parsers decode (vLLM engine,
+//! Vertex AI prediction service).
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let files = ["proto/envoy/service/ext_proc/v3/external_processor.proto"];
+    let files = [
+        "proto/envoy/service/ext_proc/v3/external_processor.proto",
+        "proto/vllm/grpc/engine.proto",
+        "proto/google/cloud/aiplatform/v1beta1/prediction_service.proto",
+    ];
     println!("cargo:rerun-if-changed=proto");
     let descriptors = protox::compile(files, ["proto"])?;
     tonic_prost_build::configure().build_client(true).build_server(true).compile_fds(descriptors)?;

@@ -1,5 +1,6 @@
-//! Generated Envoy ext_proc v3 types (from `proto/`, compiled by `build.rs`). Nothing else lives
-//! here; only `extproc/` (and tests) use these types.
+//! Generated protobuf types (from `proto/`, compiled by `build.rs`): Envoy ext_proc v3 (used by
+//! `extproc/`), and the request messages of the gRPC inference APIs (used by
+//! `request::parsers`). Nothing else lives here.
 #![allow(clippy::all, missing_docs, clippy::pedantic)]
 
 /// `envoy.*` packages.
@@ -44,6 +45,35 @@ pub mod envoy {
             /// `envoy.service.ext_proc.v3`
             pub mod v3 {
                 tonic::include_proto!("envoy.service.ext_proc.v3");
+            }
+        }
+    }
+}
+
+/// `vllm.*` packages.
+pub mod vllm {
+    /// `vllm.grpc.*`
+    pub mod grpc {
+        /// `vllm.grpc.engine`: Generate / Embed requests.
+        pub mod engine {
+            tonic::include_proto!("vllm.grpc.engine");
+        }
+    }
+}
+
+/// `google.*` packages.
+pub mod google {
+    /// `google.api`: `HttpBody`.
+    pub mod api {
+        tonic::include_proto!("google.api");
+    }
+    /// `google.cloud.*`
+    pub mod cloud {
+        /// `google.cloud.aiplatform.*`
+        pub mod aiplatform {
+            /// `google.cloud.aiplatform.v1beta1`: Vertex AI prediction requests.
+            pub mod v1beta1 {
+                tonic::include_proto!("google.cloud.aiplatform.v1beta1");
             }
         }
     }

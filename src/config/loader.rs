@@ -12,6 +12,7 @@ use crate::flowcontrol::settings::FlowControlSettings;
 use crate::plugins::producer::passive::{CoreMetricsExtractorParams, MetricsDataSourceParams};
 use crate::plugins::registry::{BuildContext, PluginSpec, Registry, decode_params};
 use crate::plugins::{PluginInstance, PluginName};
+use crate::request::parsers::ParserSet;
 use crate::scheduling::metrics::{ExtensionPoint, SchedulerMetrics};
 use crate::scheduling::profile::Slot;
 use crate::scheduling::scheduler::{AdmitterSlot, Scheduler};
@@ -116,6 +117,7 @@ pub fn load(
     let data_layer = data_layer(&raw, &instances, &mut errors);
     let flow_settings = flow_control::build(raw.flow_control.as_ref(), &instances, &mut errors);
     check_refs(&raw, &instances, &mut errors);
+    let parsers = parser_set(&raw, &instances, &mut errors);
     if !errors.is_empty() {
         return Err(ConfigErrors(errors));
     }
@@ -166,6 +168,7 @@ pub fn load(
     scheduler.saturation = saturation;
     scheduler.admitters = admitters;
     scheduler.default_latency_producer = producer_plan.default_latency;
+    scheduler.parsers = parsers;
     let flow_control = flow_settings.filter(|_| raw.feature_gates.iter().any(|g| g == "flowControl"));
     // With Flow Control, admission (not the legacy shedding rule) decides who waits.
     scheduler.legacy_shedding = flow_control.is_none();
@@ -361,6 +364,28 @@ fn data_layer(raw: &RawConfig, instances: &Instances, errors: &mut Vec<ConfigErr
         }
     }
     settings
+}
+
+/// The request parsers: `requestHandler.parsers` (llm-d) then `parser` (GIE), in order;
+/// neither -> `openai-parser` alone. Each reference must name a request-parser plugin
+/// (undefined names are reported by [`check_refs`]).
+fn parser_set(raw: &RawConfig, instances: &Instances, errors: &mut Vec<ConfigError>) -> ParserSet {
+    let handler = raw.request_handler.iter().flat_map(|h| h.parsers.iter()).enumerate();
+    let refs = handler
+        .map(|(i, p)| (format!("requestHandler.parsers[{i}].pluginRef"), p))
+        .chain(raw.parser.iter().map(|p| ("parser.pluginRef".to_string(), p)));
+    let mut kinds = Vec::new();
+    for (path, r) in refs {
+        let Some((_, inst)) = r.plugin_ref.as_deref().and_then(|n| instances.get(n)) else { continue };
+        match inst.parser {
+            Some(kind) => kinds.push(kind),
+            None => errors.push(ConfigError::new(
+                path,
+                format!("plugin {:?} ({}) is a {}, not a request parser", &*inst.name, inst.type_name, inst.roles()),
+            )),
+        }
+    }
+    if kinds.is_empty() { ParserSet::default() } else { ParserSet::new(kinds) }
 }
 
 /// Checks plain `pluginRef`s outside profiles (data layer, parsers).

@@ -256,3 +256,23 @@ fn a_profile_handler_that_fails_to_build_is_reported_once() {
     assert_eq!(errs.len(), 1, "{errs:?}");
     assert!(errs[0].path.starts_with("plugins[0].parameters.deciders"), "{errs:?}");
 }
+
+#[test]
+fn parsers_come_from_request_handler_then_parser_else_openai() {
+    use crate::request::parsers::{ParserKind, ParserSet};
+    const BASE: &str = "plugins: [{type: queue-scorer}, {name: grpc, type: vllmgrpc-parser}, \
+                        {name: sg, type: sglanghttp-parser}, {name: oa, type: openai-parser}]\n";
+    let load = |extra: &str| try_load(&format!("{BASE}{extra}")).expect("loads").scheduler.parsers;
+    assert_eq!(load(""), ParserSet::default(), "declared but not referenced: default openai");
+    assert_eq!(load("parser: {pluginRef: grpc}"), ParserSet::new([ParserKind::VllmGrpc]));
+    assert_eq!(
+        load("requestHandler: {parsers: [{pluginRef: sg}, {pluginRef: oa}]}\nparser: {pluginRef: grpc}"),
+        ParserSet::new([ParserKind::SglangHttp, ParserKind::OpenAi, ParserKind::VllmGrpc])
+    );
+    let errs = errors(&format!("{BASE}requestHandler: {{parsers: [{{pluginRef: queue-scorer}}]}}"));
+    assert!(has_error(&errs, "requestHandler.parsers[0].pluginRef", "not a request parser"), "{errs:?}");
+    let errs = errors(&format!("{BASE}parser: {{pluginRef: nope}}"));
+    assert!(errs.iter().any(|e| e.path == "parser.pluginRef"), "{errs:?}");
+    let errs = errors("plugins: [{type: vertexai-parser, parameters: {model: x}}]");
+    assert!(errs.iter().any(|e| e.path == "plugins[0].parameters"), "{errs:?}");
+}

@@ -1,5 +1,6 @@
-//! The synchronous request decision: body -> `InferenceRequest` -> candidates (subset hint
-//! applied) -> scheduler -> the header edits and body to send upstream. No I/O; the stream
+//! The synchronous request decision: body (read by the configured parser for its path) ->
+//! `InferenceRequest` -> candidates (subset hint applied) -> scheduler -> the header edits and
+//! body to send upstream. No I/O; the stream
 //! runs it inline for small bodies and on the blocking pool for large ones. `prepare` and
 //! `schedule_prepared` are its two halves, for the stream to await the tokenize step
 //! between them.
@@ -15,13 +16,10 @@ use super::error::ExtProcError;
 use crate::endpoints::model::Candidate;
 use crate::endpoints::store::EndpointStore;
 use crate::request::headers::{self, RequestHeaders, SUBSET_HINT_KEY, SUBSET_HINT_NAMESPACE};
-use crate::request::openai::{ApiKind, parse_body, rewrite_model};
+use crate::request::openai::rewrite_model;
+use crate::request::parsers::ParserSet;
 use crate::request::{InferenceRequest, ServedEndpoint};
 use crate::scheduling::scheduler::{Decision, Scheduler};
-
-/// Path suffixes whose bodies epp understands; anything else is passed through unparsed.
-const KNOWN_API_SUFFIXES: &[&str] =
-    &["/chat/completions", "/completions", "/responses", "/embeddings", "/conversations"];
 
 /// A decided request.
 #[derive(Debug)]
@@ -41,6 +39,8 @@ pub struct Prepared {
     pub request: InferenceRequest,
     /// The body to send upstream when it differs from the received one (model rewrite).
     pub rewritten_body: Option<Vec<u8>>,
+    /// OpenAI-style JSON for a rendering tokenizer when the wire body is not that JSON.
+    pub tokenize_json: Option<Vec<u8>>,
 }
 
 /// Parses the request, applies the subset hint and schedules it.
@@ -52,30 +52,34 @@ pub fn decide(
     body: &[u8],
     use_subset_hint: bool,
 ) -> Result<Outcome, ExtProcError> {
-    let prepared = prepare(headers, body)?;
+    let prepared = prepare(&scheduler.parsers, headers, body)?;
     schedule_prepared(scheduler, store, metadata, prepared, use_subset_hint)
 }
 
-/// Parses the body (known API paths) and resolves the target model.
-pub fn prepare(headers: &RequestHeaders, body: &[u8]) -> Result<Prepared, ExtProcError> {
+/// Parses the body with the parser `parsers` selects for the path (none: not parsed) and
+/// resolves the target model. The model-rewrite header rewrites the body's `model` only for
+/// JSON bodies; for gRPC and native bodies it sets the target model and the body is kept.
+pub fn prepare(parsers: &ParserSet, headers: &RequestHeaders, body: &[u8]) -> Result<Prepared, ExtProcError> {
     let mut request = base_request(headers);
     request.body_len = body.len();
-    let path = headers.path();
-    let path_only = path.split('?').next().unwrap_or(path);
     let mut rewritten_body = None;
-    if KNOWN_API_SUFFIXES.iter().any(|s| path_only.ends_with(s)) {
-        let parsed = parse_body(ApiKind::from_path(path), body)?;
-        request.incoming_model = parsed.model.clone();
+    let mut tokenize_json = None;
+    if let Some(parsed) = parsers.parse(headers.path(), body)? {
+        let model = parsed.body.model.clone();
         request.target_model = match headers.model_rewrite() {
-            Some(target) if target != parsed.model => {
-                rewritten_body = Some(rewrite_model(body, target)?);
+            Some(target) if target != model => {
+                if parsed.rewritable {
+                    rewritten_body = Some(rewrite_model(body, target)?);
+                }
                 target.to_string()
             }
-            _ => parsed.model.clone(),
+            _ => model.clone(),
         };
-        request.body = Some(parsed);
+        request.incoming_model = model;
+        request.body = Some(parsed.body);
+        tokenize_json = parsed.tokenize_json;
     }
-    Ok(Prepared { request, rewritten_body })
+    Ok(Prepared { request, rewritten_body, tokenize_json })
 }
 
 /// Applies the subset hint and schedules a prepared request.
@@ -86,7 +90,7 @@ pub fn schedule_prepared(
     prepared: Prepared,
     use_subset_hint: bool,
 ) -> Result<Outcome, ExtProcError> {
-    let Prepared { request, rewritten_body } = prepared;
+    let Prepared { request, rewritten_body, .. } = prepared;
     let mut candidates = store.candidates();
     if use_subset_hint && let Some(hint) = subset_hint(metadata) {
         candidates = restrict_to_subset(candidates, &hint);

@@ -3,6 +3,7 @@
 
 use crate::flowcontrol::Outcome;
 use crate::request::openai::BodyError;
+use crate::request::parsers::ParseError;
 use crate::scheduling::ScheduleError;
 
 /// A request-processing failure that ends the request with an immediate response.
@@ -43,6 +44,17 @@ impl ExtProcError {
         }
     }
 
+    /// The gRPC status code for a gRPC request (`INVALID_ARGUMENT`, `UNAVAILABLE`,
+    /// `RESOURCE_EXHAUSTED`, `INTERNAL`).
+    pub fn grpc_status(&self) -> u32 {
+        match self {
+            Self::BadRequest(_) => 3,
+            Self::ServiceUnavailable(_) => 14,
+            Self::ResourceExhausted(_) => 8,
+            Self::Internal(_) => 13,
+        }
+    }
+
     /// The response body Envoy returns to the client.
     pub fn body(&self) -> String {
         format!("inference error: {} - {}", self.code(), self)
@@ -51,6 +63,12 @@ impl ExtProcError {
 
 impl From<BodyError> for ExtProcError {
     fn from(e: BodyError) -> Self {
+        Self::BadRequest(e.to_string())
+    }
+}
+
+impl From<ParseError> for ExtProcError {
+    fn from(e: ParseError) -> Self {
         Self::BadRequest(e.to_string())
     }
 }

@@ -10,8 +10,8 @@ use crate::proto::envoy::config::core::v3::{HeaderValue, HeaderValueOption};
 use crate::proto::envoy::r#type::v3::HttpStatus;
 use crate::proto::ext_proc::processing_response::Response;
 use crate::proto::ext_proc::{
-    BodyMutation, BodyResponse, CommonResponse, HeaderMutation, HeadersResponse, ImmediateResponse, ProcessingResponse,
-    StreamedBodyResponse, TrailersResponse, body_mutation,
+    BodyMutation, BodyResponse, CommonResponse, GrpcStatus, HeaderMutation, HeadersResponse, ImmediateResponse,
+    ProcessingResponse, StreamedBodyResponse, TrailersResponse, body_mutation,
 };
 use crate::request::headers::{DESTINATION_ENDPOINT, LB_METADATA_NAMESPACE};
 
@@ -115,6 +115,39 @@ pub fn body_replacement(body: Vec<u8>) -> BodyMutation {
     BodyMutation { mutation: Some(body_mutation::Mutation::Body(body)) }
 }
 
+/// The immediate response for a failure of a gRPC request (`content-type: application/grpc*`):
+/// `grpc_status` set (Envoy answers trailers-only with it), plus `grpc-status` and
+/// `grpc-message` (percent-encoded, as the gRPC spec requires) and a gRPC content type; the
+/// HTTP status and text body are those of [`immediate`].
+pub fn immediate_grpc(error: &ExtProcError) -> ProcessingResponse {
+    let mut reply = immediate(error);
+    if let Some(Response::ImmediateResponse(r)) = &mut reply.response {
+        r.grpc_status = Some(GrpcStatus { status: error.grpc_status() });
+        let headers = [
+            ("content-type".to_string(), "application/grpc".to_string()),
+            ("grpc-status".to_string(), error.grpc_status().to_string()),
+            ("grpc-message".to_string(), grpc_message(&error.body())),
+        ];
+        let set = &mut r.headers.get_or_insert_with(Default::default).set_headers;
+        set.retain(|h| h.header.as_ref().is_none_or(|v| v.key != "content-type"));
+        set.extend(headers.iter().map(|(k, v)| header(k, v)));
+    }
+    reply
+}
+
+/// Percent-encodes a `grpc-message` value (bytes outside printable ASCII, and `%`).
+fn grpc_message(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if (0x20..=0x7e).contains(&b) && b != b'%' {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
 /// The immediate response for a failure.
 pub fn immediate(error: &ExtProcError) -> ProcessingResponse {
     let mut headers = vec![("content-type".to_string(), "text/plain".to_string())];
@@ -155,6 +188,25 @@ mod tests {
             chunked_body(Direction::Request, b"", true).iter().map(chunk_of).collect::<Vec<_>>(),
             vec![(0, true)]
         );
+    }
+
+    #[test]
+    fn grpc_failures_carry_a_grpc_status_and_an_encoded_message() {
+        let reply = immediate_grpc(&ExtProcError::BadRequest("bad frame: 100% ü".into()));
+        let Some(Response::ImmediateResponse(r)) = reply.response else { panic!("not immediate") };
+        assert_eq!(r.grpc_status, Some(GrpcStatus { status: 3 }));
+        let get = |k: &str| {
+            let set = &r.headers.as_ref().unwrap().set_headers;
+            let values: Vec<_> = set.iter().filter_map(|h| h.header.as_ref()).filter(|h| h.key == k).collect();
+            assert_eq!(values.len(), 1, "{k} set once");
+            String::from_utf8(values[0].raw_value.clone()).unwrap()
+        };
+        assert_eq!(get("content-type"), "application/grpc");
+        assert_eq!(get("grpc-status"), "3");
+        assert_eq!(get("grpc-message"), "inference error: BadRequest - bad frame: 100%25 %C3%BC");
+        assert_eq!(ExtProcError::ServiceUnavailable(String::new()).grpc_status(), 14);
+        assert_eq!(ExtProcError::ResourceExhausted(String::new()).grpc_status(), 8);
+        assert_eq!(ExtProcError::Internal(String::new()).grpc_status(), 13);
     }
 
     #[test]

@@ -221,13 +221,14 @@ impl StreamProcessor {
         let body = Bytes::from(std::mem::take(&mut self.body));
         let large = body.len() > OFFLOAD_BODY_BYTES;
         let prepared = if large {
+            let parsers = self.shared.scheduler.load().parsers.clone();
             let (headers, raw) = (self.headers.clone(), body.clone());
-            match tokio::task::spawn_blocking(move || prepare(&headers, &raw)).await {
+            match tokio::task::spawn_blocking(move || prepare(&parsers, &headers, &raw)).await {
                 Ok(p) => p,
                 Err(e) => return self.fail(ExtProcError::Internal(format!("parsing task failed: {e}"))),
             }
         } else {
-            prepare(&self.headers, &body)
+            prepare(&self.shared.scheduler.load().parsers, &self.headers, &body)
         };
         let mut prepared = match prepared {
             Ok(p) => p,
@@ -235,7 +236,10 @@ impl StreamProcessor {
         };
         let tokenizer = self.shared.scheduler.load().producers.iter().find_map(|s| s.plugin.tokenizer().cloned());
         if let (Some(tokenizer), Some(parsed)) = (tokenizer, &prepared.request.body) {
-            prepared.request.tokens = tokenizer.tokenize(&prepared.request.target_model, parsed, body.clone()).await;
+            // A rendering tokenizer needs OpenAI-style JSON: the wire body, or the parser's
+            // stand-in for gRPC and native bodies.
+            let raw = prepared.tokenize_json.take().map_or_else(|| body.clone(), Bytes::from);
+            prepared.request.tokens = tokenizer.tokenize(&prepared.request.target_model, parsed, raw).await;
         }
         // Admission first (Flow Control is layer 0): predictions made after a wait in the queue
         // reflect the load at dispatch.
@@ -382,7 +386,7 @@ impl StreamProcessor {
         debug!(%error, status = error.http_status(), "Request rejected");
         self.shared.metrics.error(&model, &model, error.code());
         self.closed = true;
-        vec![resp::immediate(&error)]
+        if self.headers.is_grpc() { vec![resp::immediate_grpc(&error)] } else { vec![resp::immediate(&error)] }
     }
 
     fn on_response_headers(&mut self, map: Option<&HeaderMap>, end_of_stream: bool) -> Vec<ProcessingResponse> {

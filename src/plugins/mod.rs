@@ -13,6 +13,7 @@ pub mod picker;
 pub mod producer;
 pub mod profile_handler;
 pub mod registry;
+pub mod request_parser;
 pub mod scorer;
 pub mod served_verifier;
 
@@ -227,8 +228,10 @@ pub struct PluginInstance {
     pub fairness: Option<Arc<dyn FairnessPolicy>>,
     /// Background work the app starts after loading (e.g. KV-event subscriptions).
     pub background: Option<Arc<dyn BackgroundService>>,
+    /// Request-parser role (named from `parser` / `requestHandler.parsers`).
+    pub parser: Option<crate::request::parsers::ParserKind>,
     /// A data-layer or policy plugin that the scheduler itself does not call (metrics
-    /// sources, extractors, parsers, flow-control policies).
+    /// sources, extractors, flow-control policies).
     pub passive: bool,
 }
 
@@ -251,6 +254,7 @@ impl PluginInstance {
             admitter: None,
             fairness: None,
             background: None,
+            parser: None,
             passive: false,
         }
     }
@@ -320,6 +324,11 @@ impl PluginInstance {
         self.background = Some(p);
         self
     }
+    /// Adds the request-parser role.
+    pub fn with_parser(mut self, kind: crate::request::parsers::ParserKind) -> Self {
+        self.parser = Some(kind);
+        self
+    }
     /// Marks the plugin as passive (data layer / policy).
     pub fn passive(mut self) -> Self {
         self.passive = true;
@@ -340,6 +349,7 @@ impl PluginInstance {
             (self.decider.is_some(), "decider"),
             (self.admitter.is_some(), "admitter"),
             (self.fairness.is_some(), "fairness policy"),
+            (self.parser.is_some(), "request parser"),
             (self.passive, "data-layer/policy plugin"),
         ];
         roles.iter().filter(|(has, _)| *has).map(|(_, name)| *name).collect::<Vec<_>>().join(", ")

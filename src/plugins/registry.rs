@@ -10,8 +10,8 @@ use prometheus::{IntCounterVec, IntGaugeVec};
 use serde::de::DeserializeOwned;
 
 use super::{
-    PluginInstance, PluginName, admitter, decider, fairness, filter, picker, producer, profile_handler, scorer,
-    served_verifier,
+    PluginInstance, PluginName, admitter, decider, fairness, filter, picker, producer, profile_handler, request_parser,
+    scorer, served_verifier,
 };
 use crate::endpoints::store::EndpointStore;
 use crate::telemetry::twin::{RATIO_BUCKETS, TwinGaugeVec, TwinHistogramVec};
@@ -340,6 +340,9 @@ pub fn builtin() -> Registry {
         .add(fairness::program_aware::TYPE, fairness::program_aware::build);
     for (type_name, factory) in producer::passive::TYPES {
         r.add(type_name, *factory);
+    }
+    for (type_name, factory) in request_parser::TYPES {
+        r.add(type_name, factory);
     }
     r.alias(scorer::kv_utilization::OLD_TYPE, scorer::kv_utilization::TYPE)
         .alias(producer::token::OLD_TYPE, producer::token::TYPE)

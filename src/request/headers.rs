@@ -80,6 +80,15 @@ impl RequestHeaders {
         self.get_any(&[":path", "x-original-path", "x-forwarded-path"]).unwrap_or("/v1/completions")
     }
 
+    /// True for a gRPC request (`content-type: application/grpc`, `application/grpc+proto`,
+    /// ...): failures are then answered with a gRPC status.
+    pub fn is_grpc(&self) -> bool {
+        self.get("content-type").is_some_and(|ct| {
+            let ct = ct.trim().to_ascii_lowercase();
+            ct == "application/grpc" || ct.starts_with("application/grpc+") || ct.starts_with("application/grpc;")
+        })
+    }
+
     /// The target model override header, if any.
     pub fn model_rewrite(&self) -> Option<&str> {
         self.get_any(&[MODEL_NAME_REWRITE_LLMD, MODEL_NAME_REWRITE])
@@ -93,5 +102,22 @@ impl RequestHeaders {
     /// The fairness id header (llm-d spelling first), if any.
     pub fn fairness_id(&self) -> Option<&str> {
         self.get_any(&[FAIRNESS_ID_LLMD, FAIRNESS_ID])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_requests_are_recognised_by_content_type() {
+        let with = |ct: &str| RequestHeaders { all: vec![("content-type".into(), ct.into())] };
+        for ct in ["application/grpc", "application/grpc+proto", "Application/GRPC; charset=x"] {
+            assert!(with(ct).is_grpc(), "{ct}");
+        }
+        for ct in ["application/json", "application/grpc-web", "text/plain"] {
+            assert!(!with(ct).is_grpc(), "{ct}");
+        }
+        assert!(!RequestHeaders::default().is_grpc());
     }
 }

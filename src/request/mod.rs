@@ -1,11 +1,13 @@
 //! Request side: header constants (`headers`), the OpenAI-style body parser (`openai`), the
-//! `estimate` token backend, response usage and model-name restore (`usage`), and the typed
+//! configured parser selection and the non-OpenAI parsers (`parsers`), the `estimate` token
+//! backend, response usage and model-name restore (`usage`), and the typed
 //! request the scheduler sees (`InferenceRequest`). Only this module tree reads or writes
 //! body JSON; the scheduler sees `ParsedBody` and token ids, never raw bytes.
 
 pub mod estimate;
 pub mod headers;
 pub mod openai;
+pub mod parsers;
 pub mod usage;
 
 use headers::RequestHeaders;

@@ -274,6 +274,13 @@ pub enum BodyError {
 ///
 /// Errors: see [`BodyError`]; every error maps to HTTP 400.
 pub fn parse_body(api: ApiKind, body: &[u8]) -> Result<ParsedBody, BodyError> {
+    parse_body_with(api, body, true)
+}
+
+/// [`parse_body`], with `model` optional when `require_model` is false (the model is then
+/// empty): for JSON carried inside other envelopes (Vertex AI), where the model is named by
+/// the endpoint rather than the body.
+pub fn parse_body_with(api: ApiKind, body: &[u8], require_model: bool) -> Result<ParsedBody, BodyError> {
     if first_non_ws(body) != Some(b'{') {
         // Distinguish "valid JSON but not an object" from garbage for a clearer message.
         return match serde_json::from_slice::<serde::de::IgnoredAny>(body) {
@@ -287,7 +294,7 @@ pub fn parse_body(api: ApiKind, body: &[u8]) -> Result<ParsedBody, BodyError> {
     let mut de = serde_json::Deserializer::from_str(text);
     let raw = de::BodySeed(api).deserialize(&mut de).map_err(BodyError::Json)?;
     de.end().map_err(BodyError::Json)?;
-    raw.validate(api)
+    raw.validate(api, require_model)
 }
 
 fn first_non_ws(body: &[u8]) -> Option<u8> {

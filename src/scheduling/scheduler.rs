@@ -70,6 +70,9 @@ pub struct Scheduler {
     /// Objective name -> priority (what InferenceObjective objects say in Kubernetes); the
     /// request's objective header selects one, negative = sheddable.
     pub objectives: std::collections::HashMap<String, i32>,
+    /// The request parsers the config selects (`parser` / `requestHandler.parsers`); the
+    /// stream parses each body with the one its path resolves to.
+    pub parsers: crate::request::parsers::ParserSet,
     profile_names: Vec<Arc<str>>,
 }
 
@@ -101,6 +104,7 @@ impl Scheduler {
             saturation: None,
             legacy_shedding: true,
             objectives: std::collections::HashMap::new(),
+            parsers: crate::request::parsers::ParserSet::default(),
             profile_names,
         }
     }

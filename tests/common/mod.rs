@@ -216,9 +216,13 @@ pub const STREAMED: i32 = 1;
 pub const BUFFERED: i32 = 2;
 pub const FULL_DUPLEX: i32 = 4;
 
-/// `request_headers` with `protocol_config` (request mode, response mode) when given.
+/// `request_headers` with `protocol_config` (request mode, response mode) when given; `content-type`
+/// is `application/json` unless `extra` sets one.
 pub fn request_headers(path: &str, extra: &[(&str, &str)], eos: bool, modes: Option<(i32, i32)>) -> ProcessingRequest {
-    let mut all = vec![(":method", "POST"), (":path", path), ("content-type", "application/json")];
+    let mut all = vec![(":method", "POST"), (":path", path)];
+    if !extra.iter().any(|(k, _)| k.eq_ignore_ascii_case("content-type")) {
+        all.push(("content-type", "application/json"));
+    }
     all.extend_from_slice(extra);
     ProcessingRequest {
         request: Some(Request::RequestHeaders(HttpHeaders {

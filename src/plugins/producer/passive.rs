@@ -1,8 +1,8 @@
-//! Passive plugins: types that EndpointPickerConfig files name for the data layer, request
-//! parsing and flow control. They load with strictly checked parameters so existing configs
-//! work; the scheduler does not call them. The stateless Flow Control policies
-//! (`*-ordering-policy`, `*-fairness-policy`) act through `flowControl` band references,
-//! which `config::flow_control` maps to `flowcontrol::settings`. `metrics-data-source` and `core-metrics-extractor`
+//! Passive plugins: types that EndpointPickerConfig files name for the data layer and flow
+//! control. They load with strictly checked parameters so existing configs work; the scheduler
+//! does not call them. The stateless Flow Control policies (`*-ordering-policy`,
+//! `*-fairness-policy`) act through `flowControl` band references, which `config::flow_control`
+//! maps to `flowcontrol::settings`. `metrics-data-source` and `core-metrics-extractor`
 //! parameters configure the scraper (read by the app from the validated config).
 
 use serde::Deserialize;
@@ -155,10 +155,6 @@ pub const TYPES: &[(&str, Factory)] = &[
     ("metrics-data-source", metrics_data_source),
     ("core-metrics-extractor", core_metrics_extractor),
     ("endpoint-notification-source", no_params),
-    ("openai-parser", no_params),
-    ("passthrough-parser", no_params),
-    ("vllmhttp-parser", no_params),
-    ("anthropic-parser", no_params),
     ("fcfs-ordering-policy", no_params),
     ("edf-ordering-policy", no_params),
     ("slo-deadline-ordering-policy", no_params),

@@ -46,10 +46,12 @@ enum ModelField {
 }
 
 impl RawBody {
-    /// Applies the `openai-parser` validation rules for `api`.
-    pub(super) fn validate(self, api: ApiKind) -> Result<ParsedBody, BodyError> {
+    /// Applies the `openai-parser` validation rules for `api`; an absent `model` is an error
+    /// only when `require_model`.
+    pub(super) fn validate(self, api: ApiKind, require_model: bool) -> Result<ParsedBody, BodyError> {
         let model = match self.model {
-            ModelField::Missing => return Err(BodyError::ModelMissing),
+            ModelField::Missing if require_model => return Err(BodyError::ModelMissing),
+            ModelField::Missing => String::new(),
             ModelField::NotString => return Err(BodyError::ModelNotString),
             ModelField::Str(model) => model,
         };

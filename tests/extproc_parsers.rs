@@ -1,0 +1,267 @@
+//! Request parsers end to end: a real gRPC ext_proc stream to a real epp configured with
+//! `vllmgrpc-parser`, `sglanghttp-parser` or `vertexai-parser`. Token-id prompts reach the
+//! scheduler (requests sharing a long token prefix follow the first pick, and the prefix
+//! producer records hits); malformed gRPC bodies are answered with a gRPC status.
+
+mod common;
+
+use common::*;
+use epp::proto::ext_proc::processing_response::Response;
+use epp::proto::google::api::HttpBody;
+use epp::proto::google::cloud::aiplatform::v1beta1::ChatCompletionsRequest;
+use epp::proto::vllm::grpc::engine::{GenerateRequest, SamplingParams, TokenizedInput, generate_request};
+use epp::request::parsers::frame;
+use prost::Message;
+
+const GENERATE: &str = "/vllm.grpc.engine.VllmEngine/Generate";
+const VERTEX_CHAT: &str = "/google.cloud.aiplatform.v1beta1.PredictionService/ChatCompletions";
+const GRPC: (&str, &str) = ("content-type", "application/grpc");
+
+/// Queue, KV and prefix scorers (the default weights) with `parser` as the only request
+/// parser, named from `requestHandler.parsers` (llm-d) or `parser` (GIE).
+fn config(parser_type: &str, gie_style: bool) -> String {
+    let selection = if gie_style {
+        "parser: {pluginRef: the-parser}".to_string()
+    } else {
+        "requestHandler: {parsers: [{pluginRef: the-parser}]}".to_string()
+    };
+    format!(
+        "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: queue-scorer\n\
+         - type: kv-cache-utilization-scorer\n- type: prefix-cache-scorer\n- name: the-parser\n  type: {parser_type}\n\
+         schedulingProfiles:\n- name: default\n  plugins:\n  - {{pluginRef: queue-scorer, weight: 2}}\n\
+         \x20 - {{pluginRef: kv-cache-utilization-scorer, weight: 2}}\n  - {{pluginRef: prefix-cache-scorer, weight: 3}}\n\
+         {selection}\n"
+    )
+}
+
+async fn three_idle_pods(first_ip: u8, parser_type: &str, gie_style: bool) -> ([FakeVllm; 3], TestEpp) {
+    let pods = [
+        FakeVllm::start([127, 0, 0, first_ip], 0, 0, 0.1).await,
+        FakeVllm::start([127, 0, 0, first_ip + 1], 0, 0, 0.1).await,
+        FakeVllm::start([127, 0, 0, first_ip + 2], 0, 0, 0.1).await,
+    ];
+    let eps = endpoints_yaml(&[("a", pods[0].addr, &[]), ("b", pods[1].addr, &[]), ("c", pods[2].addr, &[])]);
+    let epp = TestEpp::start(&eps, Some(&config(parser_type, gie_style)), |_| {}).await;
+    epp.wait_waiting(&[("a", 0), ("b", 0), ("c", 0)]).await;
+    (pods, epp)
+}
+
+/// Sends each body on its own stream (full duplex) and returns the destinations and the
+/// bodies echoed upstream.
+async fn route_all(epp: &TestEpp, path: &str, extra: &[(&str, &str)], bodies: &[Vec<u8>]) -> Vec<(String, Vec<u8>)> {
+    let mut client = epp.client().await;
+    let mut out = Vec::new();
+    for body in bodies {
+        let mut ex = Exchange::open(&mut client).await;
+        ex.send(request_headers(path, extra, false, Some((FULL_DUPLEX, FULL_DUPLEX)))).await;
+        ex.send(request_body(body, true)).await;
+        let headers = ex.next().await;
+        let destination =
+            set_header(&headers, "x-gateway-destination-endpoint").unwrap_or_else(|| panic!("routed, got {headers:?}"));
+        let mut echoed = Vec::new();
+        for _ in 0..body.len().div_ceil(62_000).max(1) {
+            echoed.extend(streamed(&ex.next().await).expect("body chunk").0);
+        }
+        out.push((destination, echoed));
+    }
+    out
+}
+
+/// The prefix producer's hit-ratio histogram (sum, count) from epp's metrics endpoint.
+async fn prefix_hit_ratio(epp: &TestEpp) -> (f64, u64) {
+    let text = scrape(epp.app.metrics_addr).await;
+    let value = |name: &str| {
+        text.lines()
+            .find(|l| l.starts_with(name) && l.contains("plugin_name=\"approx-prefix-cache-producer\""))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (
+        value("inference_extension_prefix_indexer_hit_ratio_sum{"),
+        value("inference_extension_prefix_indexer_hit_ratio_count{") as u64,
+    )
+}
+
+fn assert_prefix_followed(routed: &[(String, Vec<u8>)]) {
+    let first = &routed[0].0;
+    assert!(routed.iter().all(|(d, _)| d == first), "all follow the cached token prefix: {routed:?}");
+}
+
+fn generate(ids: Vec<u32>) -> Vec<u8> {
+    let request = GenerateRequest {
+        request_id: "r".into(),
+        input: Some(generate_request::Input::Tokenized(TokenizedInput {
+            original_text: String::new(),
+            input_ids: ids,
+        })),
+        sampling_params: Some(SamplingParams { max_tokens: Some(16) }),
+        stream: true,
+    };
+    frame(&request.encode_to_vec())
+}
+
+/// Four prompts sharing 2048 tokens, each with its own tail.
+fn shared_prefix_prompts() -> Vec<Vec<u32>> {
+    let prefix: Vec<u32> = (0..2048).map(|i| 1000 + i % 5000).collect();
+    (0..4u32).map(|q| prefix.iter().copied().chain([90_000 + q, 90_100 + q]).collect()).collect()
+}
+
+#[tokio::test]
+async fn vllmgrpc_token_ids_drive_prefix_routing_and_the_body_is_forwarded_unchanged() {
+    let (_pods, epp) = three_idle_pods(40, "vllmgrpc-parser", false).await;
+    let bodies: Vec<_> = shared_prefix_prompts().into_iter().map(generate).collect();
+    // The rewrite header names a target model; the protobuf body is still forwarded as is.
+    let routed = route_all(&epp, GENERATE, &[GRPC, ("x-gateway-model-name-rewrite", "served")], &bodies).await;
+    assert_prefix_followed(&routed);
+    for ((_, echoed), body) in routed.iter().zip(&bodies) {
+        assert_eq!(echoed, body, "gRPC body echoed byte for byte");
+    }
+    let (sum, count) = prefix_hit_ratio(&epp).await;
+    assert_eq!(count, 4, "every request reached the prefix producer with token ids");
+    assert!(sum > 2.5, "the last three requests hit the cached prefix: sum {sum}");
+}
+
+#[tokio::test]
+async fn vllmgrpc_compressed_frame_is_answered_with_a_grpc_status() {
+    let (_pods, epp) = three_idle_pods(43, "vllmgrpc-parser", true).await;
+    let mut body = generate(vec![1, 2, 3]);
+    body[0] = 1;
+    let mut client = epp.client().await;
+    let mut ex = Exchange::open(&mut client).await;
+    ex.send(request_headers(GENERATE, &[GRPC], false, Some((FULL_DUPLEX, FULL_DUPLEX)))).await;
+    ex.send(request_body(&body, true)).await;
+    let reply = ex.next().await;
+    let Some(Response::ImmediateResponse(r)) = &reply.response else { panic!("immediate response, got {reply:?}") };
+    assert_eq!(r.grpc_status.as_ref().map(|s| s.status), Some(3), "INVALID_ARGUMENT");
+    assert_eq!(r.status.as_ref().map(|s| s.code), Some(400));
+    let header = |k: &str| {
+        let set = &r.headers.as_ref().expect("headers").set_headers;
+        set.iter()
+            .filter_map(|h| h.header.as_ref())
+            .find(|h| h.key == k)
+            .map(|h| String::from_utf8_lossy(&h.raw_value).into_owned())
+    };
+    assert_eq!(header("grpc-status").as_deref(), Some("3"));
+    assert_eq!(header("content-type").as_deref(), Some("application/grpc"));
+    assert!(header("grpc-message").is_some_and(|m| m.contains("compressed gRPC payload is not supported")));
+    assert!(ex.close_and_expect_end().await);
+}
+
+#[tokio::test]
+async fn sglang_generate_input_ids_drive_prefix_routing() {
+    let (_pods, epp) = three_idle_pods(46, "sglanghttp-parser", false).await;
+    let bodies: Vec<_> = shared_prefix_prompts()
+        .into_iter()
+        .map(|ids| {
+            serde_json::to_vec(&serde_json::json!({
+                "input_ids": ids, "sampling_params": {"max_new_tokens": 8}, "stream": false,
+            }))
+            .unwrap()
+        })
+        .collect();
+    let routed = route_all(&epp, "/generate", &[], &bodies).await;
+    assert_prefix_followed(&routed);
+    let (sum, count) = prefix_hit_ratio(&epp).await;
+    assert_eq!(count, 4);
+    assert!(sum > 2.5, "sum {sum}");
+    // A path the parser claims but SGLang does not serve is a 400 with the parser's message.
+    let mut client = epp.client().await;
+    let mut ex = Exchange::open(&mut client).await;
+    ex.send(request_headers("/v2/generate", &[], false, Some((FULL_DUPLEX, FULL_DUPLEX)))).await;
+    ex.send(request_body(b"{\"input_ids\":[1]}", true)).await;
+    let (status, text) = immediate(&ex.next().await).expect("immediate");
+    assert_eq!(status, 400);
+    assert!(text.contains("unsupported path"), "{text}");
+}
+
+#[tokio::test]
+async fn vertexai_chat_completions_are_unwrapped_and_routed_by_prefix() {
+    let (_pods, epp) = three_idle_pods(49, "vertexai-parser", true).await;
+    let system = "You are a careful assistant. ".repeat(200);
+    let bodies: Vec<_> = ["first", "second", "third", "fourth"]
+        .iter()
+        .map(|q| {
+            let json = serde_json::to_vec(&serde_json::json!({
+                "model": "gemma",
+                "messages": [{"role": "system", "content": system}, {"role": "user", "content": q}],
+            }))
+            .unwrap();
+            let request = ChatCompletionsRequest {
+                endpoint: "projects/p/locations/l/endpoints/e".into(),
+                http_body: Some(HttpBody { content_type: "application/json".into(), data: json }),
+            };
+            frame(&request.encode_to_vec())
+        })
+        .collect();
+    let routed = route_all(&epp, VERTEX_CHAT, &[GRPC], &bodies).await;
+    assert_prefix_followed(&routed);
+    for ((_, echoed), body) in routed.iter().zip(&bodies) {
+        assert_eq!(echoed, body);
+    }
+    let (sum, count) = prefix_hit_ratio(&epp).await;
+    assert_eq!(count, 4);
+    assert!(sum > 2.5, "sum {sum}");
+}
+
+/// A vLLM render server: answers `{"token_ids": ids}` and forwards each (path, body) seen.
+async fn render_server(
+    ids: Vec<u32>,
+) -> (std::net::SocketAddr, tokio::sync::mpsc::UnboundedReceiver<(String, Vec<u8>)>) {
+    use http_body_util::BodyExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let answer = bytes::Bytes::from(serde_json::to_vec(&serde_json::json!({ "token_ids": ids })).unwrap());
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { return };
+            let (tx, answer) = (tx.clone(), answer.clone());
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                    let (tx, answer) = (tx.clone(), answer.clone());
+                    async move {
+                        let path = req.uri().path().to_string();
+                        let body = req.into_body().collect().await.map(|b| b.to_bytes().to_vec()).unwrap_or_default();
+                        let _ = tx.send((path, body));
+                        Ok::<_, std::convert::Infallible>(hyper::Response::new(http_body_util::Full::new(answer)))
+                    }
+                });
+                let io = hyper_util::rt::TokioIo::new(stream);
+                let _ = hyper::server::conn::http1::Builder::new().serve_connection(io, svc).await;
+            });
+        }
+    });
+    (addr, rx)
+}
+
+#[tokio::test]
+async fn vllmgrpc_text_prompt_is_rendered_from_synthesized_json() {
+    let pod = FakeVllm::start([127, 0, 0, 52], 0, 0, 0.1).await;
+    let (render, mut seen) = render_server((0..300).collect()).await;
+    let cfg = format!(
+        "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n\
+         - type: token-producer\n  parameters: {{modelName: m, vllm: {{url: \"http://{render}\", timeout: 5s}}}}\n\
+         - type: queue-scorer\n- type: prefix-cache-scorer\n- {{name: grpc, type: vllmgrpc-parser}}\n\
+         schedulingProfiles:\n- name: default\n  plugins:\n  - pluginRef: queue-scorer\n  - pluginRef: prefix-cache-scorer\n\
+         requestHandler: {{parsers: [{{pluginRef: grpc}}]}}\n"
+    );
+    let epp = TestEpp::start(&endpoints_yaml(&[("a", pod.addr, &[])]), Some(&cfg), |_| {}).await;
+    epp.wait_waiting(&[("a", 0)]).await;
+    let request = GenerateRequest {
+        request_id: "t".into(),
+        input: Some(generate_request::Input::Text("hello from grpc".into())),
+        sampling_params: None,
+        stream: false,
+    };
+    let body = frame(&request.encode_to_vec());
+    let routed = route_all(&epp, GENERATE, &[GRPC], &[body]).await;
+    assert_eq!(routed[0].0, pod.addr.to_string());
+    let (path, json) = tokio::time::timeout(WAIT, seen.recv()).await.expect("render called").expect("one call");
+    assert_eq!(path, "/v1/completions/render");
+    let json: serde_json::Value = serde_json::from_slice(&json).expect("the tokenizer got JSON, not protobuf");
+    assert_eq!(json["prompt"], "hello from grpc");
+    assert_eq!(json["model"], "m");
+    let (_, count) = prefix_hit_ratio(&epp).await;
+    assert_eq!(count, 1, "the rendered tokens reached the prefix producer");
+}
