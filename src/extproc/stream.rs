@@ -235,7 +235,11 @@ impl StreamProcessor {
         };
         let tokenizer = self.shared.scheduler.load().producers.iter().find_map(|s| s.plugin.tokenizer().cloned());
         if let (Some(tokenizer), Some(parsed)) = (tokenizer, &prepared.request.body) {
-            prepared.request.tokens = tokenizer.tokenize(&prepared.request.target_model, parsed, body.clone()).await;
+            let tokenized = tokenizer.tokenize_full(&prepared.request.target_model, parsed, body.clone()).await;
+            if let Some(t) = tokenized {
+                prepared.request.tokens = Some(t.ids);
+                prepared.request.mm_items = t.media;
+            }
         }
         // Admission first (Flow Control is layer 0): predictions made after a wait in the queue
         // reflect the load at dispatch.

@@ -5,6 +5,7 @@
 
 pub mod estimate;
 pub mod headers;
+pub mod multimodal;
 pub mod openai;
 pub mod usage;
 
@@ -32,6 +33,9 @@ pub struct InferenceRequest {
     /// `tokenize::Tokenizer`); `None` when no tokenizer backend is configured, the prompt
     /// kind is not supported, or tokenization missed its deadline.
     pub tokens: Option<std::sync::Arc<[u32]>>,
+    /// Multimodal items as the tokenize step's backend reported them (vLLM render
+    /// `features`), with their encoder output sizes; `None` when no backend reported any.
+    pub mm_items: Option<std::sync::Arc<[multimodal::MediaItem]>>,
     /// Latency predictions awaited before the decision, by `predicted-latency-producer`
     /// instance (absent when the predictor did not answer); the producer copies them into
     /// the request data.
