@@ -147,3 +147,85 @@ schedulingProfiles:
         assert_eq!(route(&mut client, &image_chat("http://img.example/dog.png")).await, dog, "dog, round {round}");
     }
 }
+
+/// A fake prediction server: answers every bulk call (TTFT 100 ms, TPOT 10 ms) and forwards
+/// the asked feature lists on the channel.
+async fn fake_predictor() -> (SocketAddr, tokio::sync::mpsc::UnboundedReceiver<serde_json::Value>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { return };
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let svc = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                    let tx = tx.clone();
+                    async move {
+                        let body = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+                        let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+                        let asked = v["requests"].as_array().cloned().unwrap_or_default();
+                        let preds: Vec<_> =
+                            asked.iter().map(|_| serde_json::json!({"ttft_ms": 100.0, "tpot_ms": 10.0})).collect();
+                        let _ = tx.send(serde_json::Value::Array(asked));
+                        let answer = serde_json::json!({"predictions": preds}).to_string();
+                        Ok::<_, Infallible>(hyper::Response::new(Full::new(Bytes::from(answer))))
+                    }
+                });
+                let _ = http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
+            });
+        }
+    });
+    (addr, rx)
+}
+
+async fn next(asked: &mut tokio::sync::mpsc::UnboundedReceiver<serde_json::Value>) -> serde_json::Value {
+    tokio::time::timeout(WAIT, asked.recv()).await.expect("prediction call").expect("channel open")
+}
+
+#[tokio::test]
+async fn latency_predictions_carry_encoder_cache_sizes() {
+    let (predictor, mut asked) = fake_predictor().await;
+    let config = format!(
+        r#"
+plugins:
+- type: predicted-latency-producer
+  parameters: {{predictionServerUrls: ["http://{predictor}"], training: false, timeout: 5s, useEncoderCacheFeatures: true}}
+- type: mm-embeddings-cache-scorer
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: mm-embeddings-cache-scorer
+"#
+    );
+    // Distinct queue lengths tell the endpoints apart in the predictor's feature lists.
+    let pods = [
+        FakeVllm::start([127, 0, 0, 53], 0, 0, 0.1).await,
+        FakeVllm::start([127, 0, 0, 54], 1, 0, 0.1).await,
+        FakeVllm::start([127, 0, 0, 55], 2, 0, 0.1).await,
+    ];
+    let eps = endpoints_yaml(&[("a", pods[0].addr, &[]), ("b", pods[1].addr, &[]), ("c", pods[2].addr, &[])]);
+    let epp = TestEpp::start(&eps, Some(&config), |_| {}).await;
+    epp.wait_waiting(&[("a", 0), ("b", 1), ("c", 2)]).await;
+    let mut client = epp.client().await;
+    let first = route(&mut client, &image_chat("http://img.example/cat.png")).await;
+    let waiting_of_first = pods.iter().position(|p| p.addr.to_string() == first).expect("a pod") as u64;
+    let sizes = |v: &serde_json::Value| -> Vec<(u64, u64, u64)> {
+        let list = v.as_array().cloned().unwrap_or_default();
+        let mut out: Vec<_> = list
+            .iter()
+            .map(|f| {
+                let n = |k: &str| f[k].as_u64().unwrap_or(u64::MAX);
+                (n("num_request_waiting"), n("encoder_input_size"), n("encoder_matched_size"))
+            })
+            .collect();
+        out.sort_unstable();
+        out
+    };
+    assert_eq!(sizes(&next(&mut asked).await), vec![(0, 1, 0), (1, 1, 0), (2, 1, 0)], "nothing cached yet");
+    route(&mut client, &image_chat("http://img.example/cat.png")).await;
+    let expected: Vec<_> = (0..3).map(|w| (w, 1, u64::from(w == waiting_of_first))).collect();
+    assert_eq!(sizes(&next(&mut asked).await), expected, "the first endpoint holds the image");
+    route(&mut client, &chat("m", "text only", false)).await;
+    assert_eq!(sizes(&next(&mut asked).await), vec![(0, 0, 0), (1, 0, 0), (2, 0, 0)], "text-only: zeros");
+}

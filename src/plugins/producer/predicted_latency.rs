@@ -18,7 +18,9 @@
 //! positive), `predictInProduce` / `predictInPrepareData` (true; false = training only).
 //! `useEncoderCacheFeatures` (false) with `encoderCacheMatchInfoProducerName` ("" = the
 //! default `mm-embeddings-cache-producer`, created when absent): the producer then consumes
-//! `EncoderCacheMatchInfo` (a misnamed producer is a config error) and runs after it.
+//! `EncoderCacheMatchInfo` (a misnamed producer is a config error), and each prediction (and
+//! so each training sample) carries `encoder_input_size` / `encoder_matched_size` computed
+//! by that producer just before the prediction call.
 //! Accepted and ignored (GIE/llm-d knobs of features epp does not have): `samplingMean`,
 //! `maxDecodeTokenSamplesForPrediction`, `contextTTL`, `streamingMode`, `endpointRoleLabel`,
 //! `latencyWindowPluginRef`, `prefixMatchInfoProducerName`.
@@ -200,6 +202,10 @@ impl DataProducer for PredictedLatencyProducer {
 
     fn predictor(&self) -> Option<&Arc<Predictor>> {
         self.predictor.as_ref()
+    }
+
+    fn encoder_cache_binding(&self) -> Option<Option<PluginName>> {
+        self.encoder_cache.clone()
     }
 }
 

@@ -20,6 +20,8 @@
 //! in encoder embeddings; items use their reported size), `cacheSizeInMBPerServer` (default
 //! 4096; compatibility mode: `MiB / 2` items of one unit each). Values <= 0 mean unset.
 //! Metrics: `llm_d_epp_encoder_cache_queries_total`, `…_hits_total`, `…_hit_ratio`.
+//! `encoder_cache_sizes` gives a bound `predicted-latency-producer` the same match (total and
+//! matched weight per candidate) before its prediction call, without recording metrics.
 
 pub mod items;
 pub mod pod_cache;
@@ -35,6 +37,8 @@ use tokio::time::Instant;
 
 use crate::endpoints::model::{Candidate, EndpointId};
 use crate::endpoints::store::EndpointStore;
+use crate::latency::EncoderCacheSizes;
+use crate::latency::features::EncoderSizes;
 use crate::plugins::registry::{BuildContext, BuildError, PluginMetrics, PluginSpec, decode_params};
 use crate::plugins::{DataProducer, PluginInstance, PluginName, PreRequest, ResponseHook};
 use crate::request::InferenceRequest;
@@ -311,6 +315,22 @@ fn modality_index(m: Modality) -> usize {
 impl DataProducer for MmCacheProducer {
     fn produces(&self) -> Vec<DataKey> {
         vec![DataKey::EncoderCacheMatchInfo(Some(self.name.clone()))]
+    }
+
+    fn encoder_cache_sizes(&self, request: &InferenceRequest, candidates: &[Candidate]) -> Option<EncoderCacheSizes> {
+        let items = items::request_items(request);
+        let weight = |i: &MediaItem| u64::from(i.size.max(1));
+        let input = items.iter().map(weight).sum();
+        let caches = self.caches.read().unwrap_or_else(|e| e.into_inner());
+        let per_endpoint = candidates
+            .iter()
+            .filter_map(|c| {
+                let cache = caches.get(c.id())?;
+                let matched = items.iter().filter(|i| cache.contains(i.key)).map(weight).sum();
+                (matched > 0).then(|| (c.id().clone(), EncoderSizes { input, matched }))
+            })
+            .collect();
+        Some(EncoderCacheSizes { input, per_endpoint })
     }
 
     fn produce(&self, request: &InferenceRequest, candidates: &[Candidate], data: &mut RequestData) {

@@ -225,3 +225,30 @@ fn parameters() {
     build(&spec(serde_json::json!({"cacheSizeInMBPerServer": -1})), &cx).expect("<= 0 = default");
     build(&spec(serde_json::Value::Null), &cx).expect("defaults");
 }
+
+#[test]
+fn encoder_cache_sizes_for_the_latency_predictor() {
+    let metrics = PluginMetrics::default();
+    let p = MmCacheProducer::new("mm".into(), 100, true, EndpointStore::new(), &metrics);
+    let (a, b) = (endpoint("a").build(), endpoint("b").build());
+    let mut r = image_request("r", &[]);
+    r.mm_items = Some(vec![MediaItem { key: 1, modality: Modality::Image, size: 40 }].into());
+    route(&p, &r, &[a.clone(), b.clone()], &a);
+    r.mm_items = Some(
+        vec![
+            MediaItem { key: 1, modality: Modality::Image, size: 40 },
+            MediaItem { key: 2, modality: Modality::Audio, size: 10 },
+        ]
+        .into(),
+    );
+    let queries_before = metrics.encoder_cache_queries.with_label_values(&[TYPE, "mm", "image"]).get();
+    let sizes = p.encoder_cache_sizes(&r, &[a, b]).expect("sizes");
+    assert_eq!(sizes.input, 50);
+    assert_eq!(sizes.per_endpoint.get("a").map(|s| (s.input, s.matched)), Some((50, 40)));
+    assert!(!sizes.per_endpoint.contains_key("b"));
+    let queries_after = metrics.encoder_cache_queries.with_label_values(&[TYPE, "mm", "image"]).get();
+    assert_eq!(queries_before, queries_after, "a read-only lookup records no metrics");
+    let text = crate::test_util::chat_request("m", &["hi"]);
+    let none = p.encoder_cache_sizes(&text, &[endpoint("a").build()]).expect("sizes");
+    assert_eq!((none.input, none.per_endpoint.len()), (0, 0));
+}
