@@ -152,32 +152,34 @@ fn encode_profile_targets_hold_the_embeddings() {
 fn embeddings_mode_sizes_items_by_placeholder_length() {
     let p = producer(100, true);
     let a = endpoint("a").build();
+    let only_a = std::slice::from_ref(&a);
     let res = result(&[("decode", &a)], "decode");
     let mut r = image_request("r", &[]);
     let big = MediaItem { key: 1, modality: Modality::Image, size: 80 };
     let small = MediaItem { key: 2, modality: Modality::Image, size: 30 };
     r.mm_items = Some(vec![big].into());
-    route(&p, &r, &[a.clone()], &a);
+    route(&p, &r, only_a, &a);
     p.on_first_response_chunk(&r, &res);
     r.mm_items = Some(vec![small].into());
-    route(&p, &r, &[a.clone()], &a);
+    route(&p, &r, only_a, &a);
     p.on_first_response_chunk(&r, &res);
     assert_eq!(p.tracked("a"), 1, "80 + 30 > 100: the older item was evicted");
     r.mm_items = Some(vec![big, small].into());
     let mut data = RequestData { default_encoder_cache_producer: Some("mm".into()), ..Default::default() };
-    p.produce(&r, &[a.clone()], &mut data);
-    assert_eq!(scores(&data, &r, &[a]), vec![30.0 / 110.0]);
+    p.produce(&r, only_a, &mut data);
+    assert_eq!(scores(&data, &r, only_a), vec![30.0 / 110.0]);
 }
 
 #[test]
 fn stale_placements_are_released() {
     let p = producer(1, false);
     let a = endpoint("a").build();
+    let only_a = std::slice::from_ref(&a);
     let start = Instant::now();
     let res = result(&[("decode", &a)], "decode");
-    route_result(&p, &image_request("lost", &["http://i/1.png"]), &[a.clone()], &res, start);
+    route_result(&p, &image_request("lost", &["http://i/1.png"]), only_a, &res, start);
     let later = start + PLACEMENT_TTL + Duration::from_secs(1);
-    route_result(&p, &image_request("next", &["http://i/2.png"]), &[a.clone()], &res, later);
+    route_result(&p, &image_request("next", &["http://i/2.png"]), only_a, &res, later);
     assert_eq!(p.open_placements(), 1, "the lost request's pins were released by the sweep");
     // 1 was unpinned by the sweep after 2 had been placed: 2 is pending, not tracked yet.
     assert_eq!(p.tracked("a"), 1);
