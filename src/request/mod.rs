@@ -1,7 +1,8 @@
-//! Request side: header constants (`headers`), the OpenAI-style body parser (`openai`), the
-//! `estimate` token backend, response usage and model-name restore (`usage`), and the typed
-//! request the scheduler sees (`InferenceRequest`). Only this module tree reads or writes
-//! body JSON; the scheduler sees `ParsedBody` and token ids, never raw bytes.
+//! Request side: header constants (`headers`), the OpenAI-style body parser (`openai`),
+//! multimodal item identity (`multimodal`), the `estimate` token backend, response usage and
+//! model-name restore (`usage`), and the typed request the scheduler sees
+//! (`InferenceRequest`). Only this module tree reads or writes body JSON; the scheduler sees
+//! `ParsedBody`, token ids and media item hashes, never raw bytes.
 
 pub mod estimate;
 pub mod headers;
