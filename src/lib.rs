@@ -6,7 +6,7 @@
 //!
 //! Module map:
 //! - `extproc`: the ext_proc service and per-stream state machine (the only user of `proto`).
-//! - `request`: header constants, body parsing, response usage.
+//! - `request`: header constants, body parsing, multimodal item identity, response usage.
 //! - `scheduling`: the pure scheduling pipeline (context, data, profiles, results).
 //! - `plugins`: plugin contracts, the registry and the catalogue.
 //! - `config`: EndpointPickerConfig loading and validation.

@@ -169,6 +169,7 @@ pub fn load(
     scheduler.admitters = admitters;
     scheduler.default_latency_producer = producer_plan.default_latency;
     scheduler.parsers = parsers;
+    scheduler.default_encoder_cache_producer = producer_plan.default_encoder_cache;
     let flow_control = flow_settings.filter(|_| raw.feature_gates.iter().any(|g| g == "flowControl"));
     // With Flow Control, admission (not the legacy shedding rule) decides who waits.
     scheduler.legacy_shedding = flow_control.is_none();

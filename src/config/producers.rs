@@ -2,7 +2,8 @@
 //! none binds the default producer of that kind, created automatically when absent
 //! (`approx-prefix-cache-producer` for prefix matches, `token-producer` with the `estimate`
 //! backend for tokens, `inflight-load-producer` for load, `predicted-latency-producer` for
-//! latency predictions, `session-id-producer` for session ids). A named producer must exist and
+//! latency predictions, `session-id-producer` for session ids, `mm-embeddings-cache-producer`
+//! for encoder-cache matches). A named producer must exist and
 //! produce that key. Producers then run in dependency order; a cycle is an error.
 
 use super::error::{ConfigError, closest};
@@ -22,6 +23,8 @@ pub struct ProducerPlan {
     pub default_inflight: Option<PluginName>,
     /// Default latency producer.
     pub default_latency: Option<PluginName>,
+    /// Default encoder-cache producer.
+    pub default_encoder_cache: Option<PluginName>,
 }
 
 fn default_type(key: &DataKey) -> &'static str {
@@ -31,6 +34,7 @@ fn default_type(key: &DataKey) -> &'static str {
         DataKey::InFlightLoad(_) => "inflight-load-producer",
         DataKey::LatencyPredictionInfo(_) => "predicted-latency-producer",
         DataKey::SessionId => "session-id-producer",
+        DataKey::EncoderCacheMatchInfo(_) => "mm-embeddings-cache-producer",
     }
 }
 
@@ -42,6 +46,7 @@ fn kind(key: &DataKey) -> DataKey {
         DataKey::InFlightLoad(_) => DataKey::InFlightLoad(None),
         DataKey::LatencyPredictionInfo(_) => DataKey::LatencyPredictionInfo(None),
         DataKey::SessionId => DataKey::SessionId,
+        DataKey::EncoderCacheMatchInfo(_) => DataKey::EncoderCacheMatchInfo(None),
     }
 }
 
@@ -53,8 +58,8 @@ pub(crate) fn plan(
     errors: &mut Vec<ConfigError>,
 ) -> ProducerPlan {
     let mut plan = ProducerPlan::default();
-    // Bounded fixpoint: each round may inject one default producer per kind (5 kinds).
-    for _ in 0..6 {
+    // Bounded fixpoint: each round may inject one default producer per kind (6 kinds).
+    for _ in 0..7 {
         let mut needed: Vec<(String, DataKey)> = Vec::new();
         for (spec, inst) in &instances.items {
             let consumed =
@@ -66,7 +71,8 @@ pub(crate) fn plan(
             match &key {
                 DataKey::PrefixCacheMatchInfo(Some(name))
                 | DataKey::InFlightLoad(Some(name))
-                | DataKey::LatencyPredictionInfo(Some(name)) => {
+                | DataKey::LatencyPredictionInfo(Some(name))
+                | DataKey::EncoderCacheMatchInfo(Some(name)) => {
                     let produces = instances
                         .get(name)
                         .and_then(|(_, i)| i.producer.as_ref())
@@ -121,6 +127,7 @@ pub(crate) fn plan(
     });
     plan.default_inflight = first_of("inflight-load-producer");
     plan.default_latency = first_of("predicted-latency-producer");
+    plan.default_encoder_cache = first_of("mm-embeddings-cache-producer");
     order(instances, &mut plan, errors);
     plan
 }

@@ -276,3 +276,45 @@ fn parsers_come_from_request_handler_then_parser_else_openai() {
     let errs = errors("plugins: [{type: vertexai-parser, parameters: {model: x}}]");
     assert!(errs.iter().any(|e| e.path == "plugins[0].parameters"), "{errs:?}");
 }
+
+#[test]
+fn encoder_cache_scorer_gets_a_default_producer() {
+    let loaded = try_load("plugins: [{type: mm-embeddings-cache-scorer}]").unwrap();
+    assert!(loaded.injected.iter().any(|i| i.starts_with("mm-embeddings-cache-producer")), "{:?}", loaded.injected);
+    assert_eq!(loaded.scheduler.default_encoder_cache_producer.as_deref(), Some("mm-embeddings-cache-producer"));
+    assert!(loaded.scheduler.producers.iter().any(|p| &*p.name == "mm-embeddings-cache-producer"));
+    assert!(!loaded.injected.iter().any(|i| i.starts_with("token-producer")), "no tokenizer is forced on it");
+}
+
+#[test]
+fn encoder_cache_scorer_binds_a_named_producer() {
+    let text = "plugins: [{name: mm-a, type: mm-embeddings-cache-producer, parameters: {cacheSizeInEmbeddingsPerServer: 8192}}, {name: mm-b, type: mm-embeddings-cache-producer}, {type: mm-embeddings-cache-scorer, parameters: {producerName: mm-b}}]";
+    let loaded = try_load(text).unwrap();
+    assert!(loaded.injected.iter().all(|i| !i.starts_with("mm-embeddings-cache-producer")));
+    assert_eq!(loaded.scheduler.default_encoder_cache_producer.as_deref(), Some("mm-a"), "first declared");
+    let wrong = "plugins: [{name: mm-a, type: mm-embeddings-cache-producer}, {type: mm-embeddings-cache-scorer, parameters: {producerName: mm-x}}]";
+    let errs = errors(wrong);
+    assert!(has_error(&errs, "plugins[1]", "does not exist"), "{errs:?}");
+    let not_a_producer =
+        "plugins: [{type: queue-scorer}, {type: mm-embeddings-cache-scorer, parameters: {producerName: queue-scorer}}]";
+    assert!(has_error(&errors(not_a_producer), "plugins[1]", "does not produce"));
+    let both = "plugins: [{type: mm-embeddings-cache-producer, parameters: {cacheSizeInMBPerServer: 1, cacheSizeInEmbeddingsPerServer: 1}}]";
+    assert!(has_error(&errors(both), "plugins[0].parameters", "cannot both be set"));
+}
+
+#[test]
+fn latency_producer_encoder_cache_features_bind_the_mm_producer() {
+    let on = "plugins: [{type: predicted-latency-producer, parameters: {predictionServerUrls: ['http://127.0.0.1:1'], training: false, useEncoderCacheFeatures: true}}]";
+    let loaded = try_load(on).unwrap();
+    assert!(loaded.injected.iter().any(|i| i.starts_with("mm-embeddings-cache-producer")), "{:?}", loaded.injected);
+    let order: Vec<&str> = loaded.scheduler.producers.iter().map(|p| &*p.name).collect();
+    let (mm, lp) = (
+        order.iter().position(|n| *n == "mm-embeddings-cache-producer"),
+        order.iter().position(|n| *n == "predicted-latency-producer"),
+    );
+    assert!(mm < lp, "the encoder-cache producer runs first: {order:?}");
+    let named = "plugins: [{type: predicted-latency-producer, parameters: {predictionServerUrls: ['http://127.0.0.1:1'], training: false, useEncoderCacheFeatures: true, encoderCacheMatchInfoProducerName: mm}}]";
+    assert!(has_error(&errors(named), "plugins[0]", "does not exist"));
+    let off = "plugins: [{type: predicted-latency-producer, parameters: {predictionServerUrls: ['http://127.0.0.1:1'], training: false, encoderCacheMatchInfoProducerName: mm}}]";
+    assert!(try_load(off).unwrap().injected.iter().all(|i| !i.starts_with("mm-embeddings")), "ignored unless enabled");
+}

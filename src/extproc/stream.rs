@@ -23,6 +23,7 @@ use super::error::ExtProcError;
 use super::response::{self as resp, Direction};
 use super::service::Shared;
 use crate::flowcontrol::{DEFAULT_FLOW, FlowRequest, slo_ttft};
+use crate::plugins::PluginName;
 use crate::proto::envoy::config::core::v3::HeaderMap;
 use crate::proto::ext_proc::processing_request::Request;
 use crate::proto::ext_proc::{CommonResponse, ProcessingRequest, ProcessingResponse};
@@ -239,7 +240,11 @@ impl StreamProcessor {
             // A rendering tokenizer needs OpenAI-style JSON: the wire body, or the parser's
             // stand-in for gRPC and native bodies.
             let raw = prepared.tokenize_json.take().map_or_else(|| body.clone(), Bytes::from);
-            prepared.request.tokens = tokenizer.tokenize(&prepared.request.target_model, parsed, raw).await;
+            let tokenized = tokenizer.tokenize_full(&prepared.request.target_model, parsed, raw).await;
+            if let Some(t) = tokenized {
+                prepared.request.tokens = Some(t.ids);
+                prepared.request.mm_items = t.media;
+            }
         }
         // Admission first (Flow Control is layer 0): predictions made after a wait in the queue
         // reflect the load at dispatch.
@@ -274,20 +279,30 @@ impl StreamProcessor {
     /// Awaits every latency predictor (bounded by its own deadline) for all endpoints.
     async fn predict_latency(&self, request: &mut InferenceRequest) {
         // Collected first so no config guard is held across the awaits.
-        let predictors: Vec<_> = {
+        let (candidates, predictors): (_, Vec<_>) = {
             let scheduler = self.shared.scheduler.load();
-            scheduler
+            if !scheduler.producers.iter().any(|s| s.plugin.predictor().is_some()) {
+                return;
+            }
+            let candidates = self.shared.store.candidates();
+            let encoder_sizes = |binding: Option<PluginName>| {
+                let name = binding.or_else(|| scheduler.default_encoder_cache_producer.clone())?;
+                let source = scheduler.producers.iter().find(|s| s.name == name)?;
+                source.plugin.encoder_cache_sizes(request, &candidates)
+            };
+            let predictors = scheduler
                 .producers
                 .iter()
-                .filter_map(|s| s.plugin.predictor().map(|p| (s.name.clone(), p.clone())))
-                .collect()
+                .filter_map(|s| {
+                    let predictor = s.plugin.predictor()?.clone();
+                    let sizes = s.plugin.encoder_cache_binding().and_then(encoder_sizes);
+                    Some((s.name.clone(), predictor, sizes))
+                })
+                .collect();
+            (candidates, predictors)
         };
-        if predictors.is_empty() {
-            return;
-        }
-        let candidates = self.shared.store.candidates();
-        for (name, predictor) in predictors {
-            if let Some(p) = predictor.predict(request, &candidates).await {
+        for (name, predictor, sizes) in predictors {
+            if let Some(p) = predictor.predict(request, &candidates, sizes.as_ref()).await {
                 request.predicted.push((name, p));
             }
         }

@@ -22,9 +22,20 @@ pub fn input_tokens(request: &InferenceRequest) -> u64 {
     }
 }
 
+/// Multimodal encoder-cache sizes of one candidate (`encoder_input_size`,
+/// `encoder_matched_size`), from the `mm-embeddings-cache-producer` a latency producer binds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EncoderSizes {
+    /// Total weight of the request's items.
+    pub input: u64,
+    /// Weight of the items the candidate likely holds.
+    pub matched: u64,
+}
+
 /// Features of `candidate` for `request` before dispatch. The prefix-cache score is 0: the
-/// prediction call runs before the prefix producers (see the module docs of `latency`).
-pub fn features(input_tokens: u64, candidate: &Candidate) -> Features {
+/// prediction call runs before the prefix producers (see the module docs of `latency`). The
+/// encoder sizes are set only when `encoder` is given (`useEncoderCacheFeatures`).
+pub fn features(input_tokens: u64, candidate: &Candidate, encoder: Option<EncoderSizes>) -> Features {
     let m = &candidate.metrics.metrics;
     let kv = if m.kv_cache_usage.is_finite() { m.kv_cache_usage.clamp(0.0, 1.0) } else { 0.0 };
     Features {
@@ -34,6 +45,8 @@ pub fn features(input_tokens: u64, candidate: &Candidate) -> Features {
         num_request_running: m.running_requests,
         num_tokens_generated: 0,
         prefix_cache_score: 0.0,
+        encoder_input_size: encoder.map(|e| e.input),
+        encoder_matched_size: encoder.map(|e| e.matched.min(e.input)),
     }
 }
 
@@ -78,8 +91,18 @@ mod tests {
         r.headers = hdr("x-slo-ttft-ms", "NaN");
         assert_eq!(slo_ms(&r, SLO_TTFT_HEADERS), 0.0, "NaN ignored");
         let c = endpoint("a").waiting(3).running(2).kv_usage(1.7).build();
-        let f = features(100, &c);
+        let f = features(100, &c, None);
         assert_eq!((f.num_request_waiting, f.num_request_running, f.kv_cache_percentage), (3, 2, 1.0));
+        assert_eq!((f.encoder_input_size, f.encoder_matched_size), (None, None));
+        let json = serde_json::to_value(f).unwrap();
+        assert!(json.get("encoder_input_size").is_none(), "absent unless enabled: {json}");
+        let f = features(100, &c, Some(EncoderSizes { input: 256, matched: 300 }));
+        assert_eq!((f.encoder_input_size, f.encoder_matched_size), (Some(256), Some(256)), "matched clamped");
+        let json = serde_json::to_value(f).unwrap();
+        assert_eq!(
+            (json["encoder_input_size"].as_u64(), json["encoder_matched_size"].as_u64()),
+            (Some(256), Some(256))
+        );
         let h = with_headroom(Prediction { ttft_ms: 80.0, tpot_ms: 10.0 }, 200.0, 20.0, 0.5);
         assert_eq!((h.ttft_headroom_ms, h.tpot_headroom_ms), (120.0, 0.0));
         assert!(h.meets_slo());

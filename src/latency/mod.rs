@@ -6,7 +6,9 @@
 //! `maxBulkSize` entries) for every candidate, to one prediction server chosen round-robin,
 //! bounded by a deadline. A dead, slow or confused predictor yields no predictions for that
 //! request (counted in `epp_latency_prediction_errors_total{reason}`), never a failed
-//! request. Because it runs before the data producers, the `prefix_cache_score` feature is 0.
+//! request. Because it runs before the data producers, the `prefix_cache_score` feature is 0;
+//! the encoder-cache sizes (`useEncoderCacheFeatures`) are computed for the call by the bound
+//! `mm-embeddings-cache-producer` (`DataProducer::encoder_cache_sizes`).
 //! `Trainer` posts observed samples to `POST {url}/add_training_data_bulk` in the background.
 
 pub mod client;
@@ -21,6 +23,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use self::client::{Error, JsonClient};
+use self::features::EncoderSizes;
 use self::metrics::LatencyMetrics;
 use self::wire::{BulkRequest, BulkResponse, Features, Prediction};
 use crate::endpoints::model::{Candidate, EndpointId};
@@ -31,6 +34,23 @@ use crate::request::InferenceRequest;
 pub struct Predicted {
     /// Per endpoint.
     pub per_endpoint: HashMap<EndpointId, (Prediction, Features)>,
+}
+
+/// Encoder-cache sizes of the candidates for one request (`useEncoderCacheFeatures`):
+/// `input` is the request's total item weight; candidates absent from `per_endpoint` hold
+/// none of the items.
+#[derive(Clone, Debug, Default)]
+pub struct EncoderCacheSizes {
+    /// Total weight of the request's multimodal items (0 for text-only requests).
+    pub input: u64,
+    /// Per endpoint holding some of them.
+    pub per_endpoint: HashMap<EndpointId, EncoderSizes>,
+}
+
+impl EncoderCacheSizes {
+    fn get(&self, id: &str) -> Option<&EncoderSizes> {
+        self.per_endpoint.get(id)
+    }
 }
 
 /// Client of the prediction servers.
@@ -63,13 +83,26 @@ impl Predictor {
     }
 
     /// Predictions for every candidate, or `None` (counted) when the servers did not answer
-    /// in time or answered nonsense.
-    pub async fn predict(&self, request: &InferenceRequest, candidates: &[Candidate]) -> Option<Arc<Predicted>> {
+    /// in time or answered nonsense. `encoder`: the candidates' encoder-cache sizes when the
+    /// producer uses encoder features (sent as `encoder_input_size` / `encoder_matched_size`).
+    pub async fn predict(
+        &self,
+        request: &InferenceRequest,
+        candidates: &[Candidate],
+        encoder: Option<&EncoderCacheSizes>,
+    ) -> Option<Arc<Predicted>> {
         if candidates.is_empty() || self.urls.is_empty() {
             return None;
         }
         let tokens = features::input_tokens(request);
-        let asked: Vec<Features> = candidates.iter().map(|c| features::features(tokens, c)).collect();
+        let asked: Vec<Features> = candidates
+            .iter()
+            .map(|c| {
+                let sizes =
+                    encoder.map(|e| e.get(c.id()).copied().unwrap_or(EncoderSizes { input: e.input, matched: 0 }));
+                features::features(tokens, c, sizes)
+            })
+            .collect();
         let url = &self.urls[self.next.fetch_add(1, Ordering::Relaxed) % self.urls.len()];
         let start = Instant::now();
         let answer = match tokio::time::timeout(self.timeout, self.call_all(url, &asked)).await {

@@ -21,6 +21,14 @@ pub struct Features {
     pub num_tokens_generated: u64,
     /// Fraction of the prompt's prefix cached on the endpoint, in [0, 1].
     pub prefix_cache_score: f64,
+    /// Total weight (encoder output size) of the request's multimodal items; sent only with
+    /// `useEncoderCacheFeatures` (the sidecars zero-fill it when absent).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub encoder_input_size: Option<u64>,
+    /// Weight of those items the endpoint likely holds in its encoder cache; sent only with
+    /// `useEncoderCacheFeatures`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub encoder_matched_size: Option<u64>,
 }
 
 /// Body of a bulk prediction call.

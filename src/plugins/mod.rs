@@ -93,6 +93,21 @@ pub trait DataProducer: Send + Sync + fmt::Debug {
     fn predictor(&self) -> Option<&Arc<crate::latency::Predictor>> {
         None
     }
+    /// The encoder-cache producer whose sizes this producer's predictions use (latency
+    /// producer with `useEncoderCacheFeatures`): `Some(None)` = the default producer.
+    fn encoder_cache_binding(&self) -> Option<Option<PluginName>> {
+        None
+    }
+    /// Encoder-cache sizes of `candidates` for `request`, when this producer tracks encoder
+    /// caches (`mm-embeddings-cache-producer`). Read-only; called by the ext_proc stream
+    /// before the latency prediction.
+    fn encoder_cache_sizes(
+        &self,
+        _request: &InferenceRequest,
+        _candidates: &[Candidate],
+    ) -> Option<crate::latency::EncoderCacheSizes> {
+        None
+    }
     /// The KV-event prefix index this producer reads, when it owns one (the precise
     /// producer); lets in-process drivers such as the fleet simulator feed it events.
     fn kv_index(&self) -> Option<Arc<crate::kvcache::PrefixIndex>> {

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use prometheus::{IntCounterVec, IntGaugeVec};
+use prometheus::{HistogramVec, IntCounterVec, IntGaugeVec};
 use serde::de::DeserializeOwned;
 
 use super::{
@@ -125,6 +125,13 @@ pub struct PluginMetrics {
     pub latency: crate::latency::metrics::LatencyMetrics,
     /// `llm_d_epp_program_aware_*` gauges (`program-aware-fairness`).
     pub program_aware: std::sync::Arc<super::fairness::metrics::ProgramAwareMetrics>,
+    /// `llm_d_epp_encoder_cache_queries_total{plugin_type, plugin_name, modality}`
+    /// (`mm-embeddings-cache-producer`).
+    pub encoder_cache_queries: IntCounterVec,
+    /// `llm_d_epp_encoder_cache_hits_total{plugin_type, plugin_name, pod, modality}`.
+    pub encoder_cache_hits: IntCounterVec,
+    /// `llm_d_epp_encoder_cache_hit_ratio{plugin_type, plugin_name}`.
+    pub encoder_cache_hit_ratio: HistogramVec,
 }
 
 impl PluginMetrics {
@@ -196,6 +203,28 @@ impl PluginMetrics {
             tokenize: crate::tokenize::metrics::TokenizeMetrics::register(registry)?,
             latency: crate::latency::metrics::LatencyMetrics::register(registry)?,
             program_aware: std::sync::Arc::new(super::fairness::metrics::ProgramAwareMetrics::register(registry)?),
+            encoder_cache_queries: counter(
+                registry,
+                "llm_d_epp_encoder_cache_queries_total",
+                "Multimodal item lookups against the encoder-cache affinity model.",
+                &["plugin_type", "plugin_name", "modality"],
+            )?,
+            encoder_cache_hits: counter(
+                registry,
+                "llm_d_epp_encoder_cache_hits_total",
+                "Multimodal item lookups that found the item in an endpoint's encoder-cache model, by endpoint.",
+                &["plugin_type", "plugin_name", "pod", "modality"],
+            )?,
+            encoder_cache_hit_ratio: {
+                let opts = prometheus::HistogramOpts::new(
+                    "llm_d_epp_encoder_cache_hit_ratio",
+                    "Fraction of a request's multimodal items found in one candidate's encoder-cache model.",
+                )
+                .buckets(RATIO_BUCKETS.to_vec());
+                let h = HistogramVec::new(opts, &["plugin_type", "plugin_name"])?;
+                registry.register(Box::new(h.clone()))?;
+                h
+            },
         })
     }
 }
@@ -315,6 +344,8 @@ pub fn builtin() -> Registry {
         .add(producer::token::TYPE, producer::token::build)
         .add(producer::inflight::TYPE, producer::inflight::build)
         .add(producer::session_id::TYPE, producer::session_id::build)
+        .add(producer::mm_cache::TYPE, producer::mm_cache::build)
+        .add(scorer::mm_cache::TYPE, scorer::mm_cache::build)
         .add(filter::utilization::TYPE, filter::utilization::build)
         .add(filter::role::DECODE, filter::role::build_decode)
         .add(filter::role::PREFILL, filter::role::build_prefill)

@@ -1,11 +1,13 @@
 //! Request side: header constants (`headers`), the OpenAI-style body parser (`openai`), the
-//! configured parser selection and the non-OpenAI parsers (`parsers`), the `estimate` token
-//! backend, response usage and model-name restore (`usage`), and the typed
-//! request the scheduler sees (`InferenceRequest`). Only this module tree reads or writes
-//! body JSON; the scheduler sees `ParsedBody` and token ids, never raw bytes.
+//! configured parser selection and the non-OpenAI parsers (`parsers`), multimodal item
+//! identity (`multimodal`), the `estimate` token backend, response usage and model-name restore
+//! (`usage`), and the typed request the scheduler sees (`InferenceRequest`). Only this module
+//! tree reads or writes body JSON; the scheduler sees `ParsedBody`, token ids and media item
+//! hashes, never raw bytes.
 
 pub mod estimate;
 pub mod headers;
+pub mod multimodal;
 pub mod openai;
 pub mod parsers;
 pub mod usage;
@@ -34,6 +36,9 @@ pub struct InferenceRequest {
     /// `tokenize::Tokenizer`); `None` when no tokenizer backend is configured, the prompt
     /// kind is not supported, or tokenization missed its deadline.
     pub tokens: Option<std::sync::Arc<[u32]>>,
+    /// Multimodal items as the tokenize step's backend reported them (vLLM render
+    /// `features`), with their encoder output sizes; `None` when no backend reported any.
+    pub mm_items: Option<std::sync::Arc<[multimodal::MediaItem]>>,
     /// Latency predictions awaited before the decision, by `predicted-latency-producer`
     /// instance (absent when the predictor did not answer); the producer copies them into
     /// the request data.

@@ -191,13 +191,17 @@ pub enum MessageContent {
     None,
 }
 
-/// One element of a multi-part `content` list. Media payloads are skipped.
+/// One element of a multi-part `content` list. Media payloads are not kept: a media part
+/// keeps only its identity (`media`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct ContentPart {
     /// The part's `type`: `text`, `image_url`, `video_url`, `input_audio`, `input_text`, ...
     pub kind: String,
     /// The part's `text`, when it has one.
     pub text: Option<String>,
+    /// A media part's identity (hash of its URL or inline data) and modality; `None` for
+    /// text parts and media parts without a URL or data.
+    pub media: Option<crate::request::multimodal::MediaItem>,
 }
 
 /// A Responses API prompt.

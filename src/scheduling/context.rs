@@ -21,6 +21,8 @@ pub enum DataKey {
     LatencyPredictionInfo(Option<PluginName>),
     /// `SessionID`: the request's session id (one per request; default `session-id-producer`).
     SessionId,
+    /// `EncoderCacheMatchInfo` from a named `mm-embeddings-cache-producer` (None = default).
+    EncoderCacheMatchInfo(Option<PluginName>),
 }
 
 /// Read-only view handed to every plugin call.

@@ -76,6 +76,26 @@ pub struct LatencyPredictions {
     pub per_endpoint: HashMap<EndpointId, LatencyPrediction>,
 }
 
+/// `EncoderCacheMatchInfo` for all candidates, from one producer: the request's unique
+/// multimodal items and, per endpoint, the weight of those it likely holds in its encoder
+/// cache.
+#[derive(Clone, Debug, Default)]
+pub struct EncoderCacheMatches {
+    /// The request's unique items (first occurrence order), with their weights (`size`).
+    pub items: Arc<[crate::request::multimodal::MediaItem]>,
+    /// Sum of the items' weights (> 0 when there are items).
+    pub total_weight: u64,
+    /// Matched weight per endpoint; endpoints holding none of the items are absent.
+    pub per_endpoint: HashMap<EndpointId, u64>,
+}
+
+impl EncoderCacheMatches {
+    /// Matched weight of one endpoint (0 when absent).
+    pub fn matched(&self, id: &str) -> u64 {
+        self.per_endpoint.get(id).copied().unwrap_or(0)
+    }
+}
+
 /// Everything producers computed for one request.
 #[derive(Clone, Debug, Default)]
 pub struct RequestData {
@@ -100,6 +120,10 @@ pub struct RequestData {
     pub peer_endpoint: OnceLock<Candidate>,
     /// `SessionID` (from `session-id-producer`; `None` = no session).
     pub session_id: Option<Arc<str>>,
+    /// `EncoderCacheMatchInfo` by producer instance (absent for text-only requests).
+    pub encoder_cache: Vec<(PluginName, Arc<EncoderCacheMatches>)>,
+    /// Which encoder-cache producer answers for consumers that name none.
+    pub default_encoder_cache_producer: Option<PluginName>,
 }
 
 impl RequestData {
@@ -118,6 +142,12 @@ impl RequestData {
     pub fn latency(&self, producer: Option<&str>) -> Option<&Arc<LatencyPredictions>> {
         let name = producer.or(self.default_latency_producer.as_deref())?;
         self.latency.iter().find(|(n, _)| &**n == name).map(|(_, m)| m)
+    }
+
+    /// Encoder-cache matches from `producer` (None = the default producer).
+    pub fn encoder_cache(&self, producer: Option<&str>) -> Option<&Arc<EncoderCacheMatches>> {
+        let name = producer.or(self.default_encoder_cache_producer.as_deref())?;
+        self.encoder_cache.iter().find(|(n, _)| &**n == name).map(|(_, m)| m)
     }
 
     /// In-flight loads from `producer` (None = the default producer).

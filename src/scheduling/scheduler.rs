@@ -60,6 +60,8 @@ pub struct Scheduler {
     pub default_inflight_producer: Option<PluginName>,
     /// Default latency producer (set after `new` by the config builder).
     pub default_latency_producer: Option<PluginName>,
+    /// Default encoder-cache producer (set after `new` by the config builder).
+    pub default_encoder_cache_producer: Option<PluginName>,
     /// Metric handles.
     pub metrics: SchedulerMetrics,
     /// Saturation detector: sheds sheddable requests (legacy rule) or drives Flow Control.
@@ -100,6 +102,7 @@ impl Scheduler {
             default_prefix_producer,
             default_inflight_producer,
             default_latency_producer: None,
+            default_encoder_cache_producer: None,
             metrics,
             saturation: None,
             legacy_shedding: true,
@@ -120,6 +123,7 @@ impl Scheduler {
             default_prefix_producer: self.default_prefix_producer.clone(),
             default_inflight_producer: self.default_inflight_producer.clone(),
             default_latency_producer: self.default_latency_producer.clone(),
+            default_encoder_cache_producer: self.default_encoder_cache_producer.clone(),
             ..RequestData::default()
         };
         for p in &self.producers {

@@ -5,8 +5,8 @@
 //! extproc::stream --ParsedBody + body bytes--> Tokenizer::tokenize (async, with deadline)
 //!     local: BlockingPool -> LocalModel (tokenizer.json + chat template, PrefixCache)
 //!     vllm:  RenderClient -> POST {url}/v1/{chat/}completions/render
-//!   --Option<Arc<[u32]>>--> InferenceRequest::tokens --> token-producer copies it into
-//!   RequestData::tokens inside Scheduler::schedule (no I/O there)
+//!   --Option<Tokenized>--> InferenceRequest::tokens (+ mm_items) --> token-producer copies
+//!   the ids into RequestData::tokens inside Scheduler::schedule (no I/O there)
 //! ```
 //! Scheduling plugins stay synchronous and I/O-free: the stream awaits [`Tokenizer::tokenize`]
 //! between parsing and scheduling. CPU work runs on a bounded blocking pool, HTTP on the
@@ -40,6 +40,7 @@ use self::local::{CacheUse, EncodeError, LocalBackend};
 use self::metrics::{BackendLabel, Outcome, TokenizeMetrics};
 use self::pool::{BlockingPool, PoolError};
 use self::render_client::{RenderClient, RenderError};
+use crate::request::multimodal::MediaItem;
 use crate::request::openai::{ApiKind, EmbeddingsInput, MessageContent, ParsedBody, Prompt};
 
 /// Why a tokenize step failed (logged at debug, counted as `error`).
@@ -68,6 +69,15 @@ pub enum Backend {
     },
     /// vLLM render endpoints.
     Vllm(RenderClient),
+}
+
+/// What one tokenize step produced.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tokenized {
+    /// Token ids.
+    pub ids: Arc<[u32]>,
+    /// Multimodal items with their encoder output sizes, when the backend reported any.
+    pub media: Option<Arc<[MediaItem]>>,
 }
 
 /// Deadlines of one tokenize step.
@@ -114,19 +124,25 @@ impl Tokenizer {
     /// Token ids of the request for `model` (the target model after any rewrite), or `None`
     /// on a miss (counted; the request is routed without tokens). `raw` is the complete body.
     pub async fn tokenize(&self, model: &str, body: &ParsedBody, raw: Bytes) -> Option<Arc<[u32]>> {
+        self.tokenize_full(model, body, raw).await.map(|t| t.ids)
+    }
+
+    /// Like [`Tokenizer::tokenize`], with the multimodal items the backend reported (vLLM
+    /// render `features`; the local backend reports none).
+    pub async fn tokenize_full(&self, model: &str, body: &ParsedBody, raw: Bytes) -> Option<Tokenized> {
         let label = self.label();
         if let Prompt::TokenIds(seqs) | Prompt::Embeddings(EmbeddingsInput::TokenIds(seqs)) = &body.prompt {
             self.metrics.outcome(label, Outcome::Passthrough);
-            return Some(seqs.concat().into());
+            return Some(Tokenized { ids: seqs.concat().into(), media: None });
         }
         let deadline = if has_media(&body.prompt) { self.deadlines.multimodal } else { self.deadlines.text };
         let started = Instant::now();
         let result = tokio::time::timeout(deadline, self.run(model, body, raw)).await;
         let outcome = match result {
-            Ok(Ok(ids)) => {
+            Ok(Ok(tokenized)) => {
                 self.metrics.duration.with_label_values(&[label.as_str()]).observe(started.elapsed().as_secs_f64());
                 self.metrics.outcome(label, Outcome::Ok);
-                return Some(ids);
+                return Some(tokenized);
             }
             Err(_) => Outcome::Timeout,
             Ok(Err(Miss::Unsupported)) => Outcome::Unsupported,
@@ -141,11 +157,13 @@ impl Tokenizer {
         None
     }
 
-    async fn run(&self, model: &str, body: &ParsedBody, raw: Bytes) -> Result<Arc<[u32]>, Miss> {
+    async fn run(&self, model: &str, body: &ParsedBody, raw: Bytes) -> Result<Tokenized, Miss> {
         match &self.backend {
             Backend::Vllm(client) => match body.api {
                 ApiKind::Completions | ApiKind::ChatCompletions => {
-                    client.render(body.api, &raw).await.map(Into::into).map_err(|e| Miss::Failed(e.into()))
+                    let out = client.render(body.api, &raw).await.map_err(|e| Miss::Failed(e.into()))?;
+                    let media = (!out.media.is_empty()).then(|| Arc::from(out.media));
+                    Ok(Tokenized { ids: out.ids.into(), media })
                 }
                 _ => Err(Miss::Unsupported),
             },
@@ -169,7 +187,7 @@ impl Tokenizer {
                             CacheUse::Miss => self.metrics.prefix_cache.with_label_values(&["miss"]).inc(),
                             CacheUse::Bypass => {}
                         }
-                        Ok(ids)
+                        Ok(Tokenized { ids, media: None })
                     }
                     Ok(Err(EncodeError::Unsupported(_) | EncodeError::NoTemplate)) => Err(Miss::Unsupported),
                     Ok(Err(e)) => Err(Miss::Failed(e.into())),

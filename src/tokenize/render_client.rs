@@ -3,7 +3,9 @@
 //!
 //! `POST {url}/v1/completions/render` answers a JSON array with one `{token_ids}` per prompt
 //! (the ids are concatenated); `POST {url}/v1/chat/completions/render` answers
-//! `{token_ids, features}` (features such as multimodal hashes are not used yet). The request
+//! `{token_ids, features}`; `features.mm_hashes` / `features.mm_placeholders` become the
+//! request's multimodal items (a `features` value of another shape is ignored, the ids are
+//! still used). The request
 //! body is the client's body with `model` replaced by the configured `modelName`. HTTP/1.1,
 //! no TLS, up to 16 idle connections. The caller applies the deadline.
 
@@ -16,6 +18,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use serde::Deserialize;
 
+use crate::request::multimodal::{MediaItem, RenderFeatures};
 use crate::request::openai::{ApiKind, BodyError, rewrite_model};
 
 /// Why a render call failed.
@@ -58,6 +61,31 @@ pub struct RenderClient {
 #[derive(Deserialize)]
 struct Rendered {
     token_ids: Vec<u32>,
+    #[serde(default)]
+    features: Option<Box<serde_json::value::RawValue>>,
+}
+
+impl Rendered {
+    /// The multimodal items of `features`; empty when absent, `null` or of another shape.
+    fn media(&self) -> Vec<MediaItem> {
+        let Some(raw) = &self.features else { return Vec::new() };
+        match serde_json::from_str::<Option<RenderFeatures>>(raw.get()) {
+            Ok(f) => f.map(|f| f.items()).unwrap_or_default(),
+            Err(error) => {
+                tracing::debug!(error = &error as &dyn std::error::Error, "Ignoring render features");
+                Vec::new()
+            }
+        }
+    }
+}
+
+/// What a render call returned.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RenderOutput {
+    /// Token ids.
+    pub ids: Vec<u32>,
+    /// Multimodal items (chat only; empty for text prompts).
+    pub media: Vec<MediaItem>,
 }
 
 #[derive(Deserialize)]
@@ -74,10 +102,11 @@ impl RenderClient {
         Self { client, base: url.trim_end_matches('/').to_string(), model_name: model_name.to_string() }
     }
 
-    /// Token ids of `body` (a completions or chat completions body) as vLLM renders them.
+    /// Token ids (and, for chat, multimodal items) of `body` (a completions or chat
+    /// completions body) as vLLM renders them.
     ///
     /// Errors: see [`RenderError`]; other APIs are [`RenderError::Unsupported`].
-    pub async fn render(&self, api: ApiKind, body: &[u8]) -> Result<Vec<u32>, RenderError> {
+    pub async fn render(&self, api: ApiKind, body: &[u8]) -> Result<RenderOutput, RenderError> {
         let path = match api {
             ApiKind::Completions => "/v1/completions/render",
             ApiKind::ChatCompletions => "/v1/chat/completions/render",
@@ -100,10 +129,15 @@ impl RenderClient {
         }
         match api {
             ApiKind::Completions => match serde_json::from_slice(&bytes).map_err(RenderError::Decode)? {
-                CompletionsAnswer::Many(list) => Ok(list.into_iter().flat_map(|r| r.token_ids).collect()),
-                CompletionsAnswer::One(r) => Ok(r.token_ids),
+                CompletionsAnswer::Many(list) => {
+                    Ok(RenderOutput { ids: list.into_iter().flat_map(|r| r.token_ids).collect(), media: Vec::new() })
+                }
+                CompletionsAnswer::One(r) => Ok(RenderOutput { ids: r.token_ids, media: Vec::new() }),
             },
-            _ => Ok(serde_json::from_slice::<Rendered>(&bytes).map_err(RenderError::Decode)?.token_ids),
+            _ => {
+                let r = serde_json::from_slice::<Rendered>(&bytes).map_err(RenderError::Decode)?;
+                Ok(RenderOutput { media: r.media(), ids: r.token_ids })
+            }
         }
     }
 }

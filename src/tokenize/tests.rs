@@ -250,7 +250,15 @@ async fn fake_render_server(hang: bool) -> SocketAddr {
                         }
                         ("/v1/chat/completions/render", _) => {
                             let n = json["messages"].as_array().map_or(0, Vec::len);
-                            (200, format!(r#"{{"token_ids":[7,8,{n}],"features":null}}"#))
+                            let text = String::from_utf8_lossy(&body);
+                            let features = if text.contains("image_url") {
+                                r#"{"mm_hashes":{"image":["abc"]},"mm_placeholders":{"image":[{"offset":1,"length":16}]}}"#
+                            } else if text.contains("odd-features") {
+                                r#"{"mm_hashes":7}"#
+                            } else {
+                                "null"
+                            };
+                            (200, format!(r#"{{"token_ids":[7,8,{n}],"features":{features}}}"#))
                         }
                         _ => (404, String::new()),
                     };
@@ -293,6 +301,26 @@ async fn vllm_backend_uses_the_render_endpoints() {
     assert_eq!(t.metrics().count(BackendLabel::Vllm, Outcome::Ok), 2);
     assert_eq!(t.metrics().count(BackendLabel::Vllm, Outcome::Unsupported), 1);
     assert_eq!(wrong.metrics().count(BackendLabel::Vllm, Outcome::Error), 1);
+}
+
+#[tokio::test]
+async fn vllm_backend_reports_multimodal_items() {
+    use crate::request::multimodal::{Modality, part_key};
+    let addr = fake_render_server(false).await;
+    let t = vllm_tokenizer(addr, "served-model", Duration::from_secs(10));
+    let (body, raw) = parsed(
+        ApiKind::ChatCompletions,
+        r#"{"model":"x","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"http://i/a.png"}}]}]}"#,
+    );
+    let out = t.tokenize_full("x", &body, raw).await.expect("rendered");
+    assert_eq!(&*out.ids, &[7, 8, 1]);
+    let media = out.media.expect("features reported");
+    assert_eq!(media.len(), 1);
+    assert_eq!((media[0].key, media[0].modality, media[0].size), (part_key("vllm", "abc"), Modality::Image, 16));
+    let (body, raw) =
+        parsed(ApiKind::ChatCompletions, r#"{"model":"x","messages":[{"role":"user","content":"odd-features"}]}"#);
+    let out = t.tokenize_full("x", &body, raw).await.expect("ids survive malformed features");
+    assert_eq!((&*out.ids, out.media), (&[7, 8, 1][..], None));
 }
 
 #[tokio::test(start_paused = true)]

@@ -16,10 +16,14 @@
 //! `training` (true), `timeout` (`200ms`, per prediction call and per upload),
 //! `maxBulkSize` (env `LATENCY_MAX_BULK_SIZE`, else 100; 1 to 100), `sloBufferFactor` (1.0;
 //! positive), `predictInProduce` / `predictInPrepareData` (true; false = training only).
+//! `useEncoderCacheFeatures` (false) with `encoderCacheMatchInfoProducerName` ("" = the
+//! default `mm-embeddings-cache-producer`, created when absent): the producer then consumes
+//! `EncoderCacheMatchInfo` (a misnamed producer is a config error), and each prediction (and
+//! so each training sample) carries `encoder_input_size` / `encoder_matched_size` computed
+//! by that producer just before the prediction call.
 //! Accepted and ignored (GIE/llm-d knobs of features epp does not have): `samplingMean`,
 //! `maxDecodeTokenSamplesForPrediction`, `contextTTL`, `streamingMode`, `endpointRoleLabel`,
-//! `latencyWindowPluginRef`, `useEncoderCacheFeatures`, `encoderCacheMatchInfoProducerName`,
-//! `prefixMatchInfoProducerName`.
+//! `latencyWindowPluginRef`, `prefixMatchInfoProducerName`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -74,8 +78,10 @@ pub struct Params {
     streaming_mode: Option<Value>,
     endpoint_role_label: Option<Value>,
     latency_window_plugin_ref: Option<Value>,
-    use_encoder_cache_features: Option<Value>,
-    encoder_cache_match_info_producer_name: Option<Value>,
+    /// Read `EncoderCacheMatchInfo` (multimodal encoder-cache sizes).
+    pub use_encoder_cache_features: bool,
+    /// The encoder-cache producer to read (empty = the default one).
+    pub encoder_cache_match_info_producer_name: String,
     prefix_match_info_producer_name: Option<Value>,
 }
 
@@ -111,8 +117,8 @@ impl Default for Params {
             streaming_mode: None,
             endpoint_role_label: None,
             latency_window_plugin_ref: None,
-            use_encoder_cache_features: None,
-            encoder_cache_match_info_producer_name: None,
+            use_encoder_cache_features: false,
+            encoder_cache_match_info_producer_name: String::new(),
             prefix_match_info_producer_name: None,
         }
     }
@@ -125,6 +131,8 @@ pub struct PredictedLatencyProducer {
     predictor: Option<Arc<Predictor>>,
     trainer: Option<Trainer>,
     buffer_factor: f64,
+    /// `Some(producer)` with `useEncoderCacheFeatures` (inner `None` = the default producer).
+    encoder_cache: Option<Option<PluginName>>,
 }
 
 /// Factory.
@@ -156,6 +164,9 @@ pub fn build(spec: &PluginSpec, cx: &BuildContext) -> Result<PluginInstance, Bui
         predictor,
         trainer,
         buffer_factor: p.slo_buffer_factor,
+        encoder_cache: p
+            .use_encoder_cache_features
+            .then(|| crate::plugins::scorer::producer_name(p.encoder_cache_match_info_producer_name)),
     });
     Ok(PluginInstance::new(spec.name.clone(), TYPE)
         .with_producer(plugin.clone())
@@ -174,6 +185,10 @@ impl DataProducer for PredictedLatencyProducer {
         vec![DataKey::LatencyPredictionInfo(Some(self.name.clone()))]
     }
 
+    fn consumes(&self) -> Vec<DataKey> {
+        self.encoder_cache.iter().map(|name| DataKey::EncoderCacheMatchInfo(name.clone())).collect()
+    }
+
     fn produce(&self, request: &InferenceRequest, candidates: &[Candidate], data: &mut RequestData) {
         let Some(raw) = self.raw(request) else { return };
         let (ttft_slo, tpot_slo) = (slo_ms(request, SLO_TTFT_HEADERS), slo_ms(request, SLO_TPOT_HEADERS));
@@ -187,6 +202,10 @@ impl DataProducer for PredictedLatencyProducer {
 
     fn predictor(&self) -> Option<&Arc<Predictor>> {
         self.predictor.as_ref()
+    }
+
+    fn encoder_cache_binding(&self) -> Option<Option<PluginName>> {
+        self.encoder_cache.clone()
     }
 }
 
@@ -277,5 +296,20 @@ mod tests {
         assert_eq!(err(serde_json::json!({"bogus": 1})), "plugins[0].parameters");
         let training_only = producer(serde_json::json!({"predictInPrepareData": false, "samplingMean": 1000}));
         assert!(training_only.producer.expect("producer").predictor().is_none());
+        assert_eq!(err(serde_json::json!({"useEncoderCacheFeatures": "yes"})), "plugins[0].parameters");
+    }
+
+    #[test]
+    fn encoder_cache_features_bind_a_producer() {
+        let consumes = |v| producer(v).producer.expect("producer").consumes();
+        assert!(consumes(serde_json::json!({"encoderCacheMatchInfoProducerName": "mm"})).is_empty(), "off by default");
+        assert_eq!(
+            consumes(serde_json::json!({"useEncoderCacheFeatures": true})),
+            vec![DataKey::EncoderCacheMatchInfo(None)]
+        );
+        assert_eq!(
+            consumes(serde_json::json!({"useEncoderCacheFeatures": true, "encoderCacheMatchInfoProducerName": "mm"})),
+            vec![DataKey::EncoderCacheMatchInfo(Some("mm".into()))]
+        );
     }
 }

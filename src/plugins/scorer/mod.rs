@@ -7,6 +7,7 @@ pub mod kv_utilization;
 pub mod latency;
 pub mod load_aware;
 pub mod lora;
+pub mod mm_cache;
 pub mod no_hit_lru;
 pub mod precise_prefix;
 pub mod prefix_cache;

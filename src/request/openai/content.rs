@@ -4,6 +4,7 @@
 //! Each value is parsed once, straight into its final shape; a list's first element fixes
 //! its element type and mixed lists are rejected.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use serde::Deserialize;
@@ -12,6 +13,7 @@ use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 
 use super::{ChatMessage, ContentPart, MessageContent, MessageExtras, RawJson};
+use crate::request::multimodal::{MediaItem, part_key, part_key_of, part_modality};
 
 /// A polymorphic `prompt` / `input` / `items` value.
 pub(super) enum RawInput {
@@ -169,11 +171,128 @@ impl<'de> Deserialize<'de> for ChatMessage {
 }
 
 #[derive(Deserialize)]
-struct PartRepr {
+struct PartRepr<'a> {
     #[serde(rename = "type", default)]
     kind: Option<String>,
     #[serde(default)]
     text: Option<String>,
+    #[serde(default, borrow)]
+    image_url: MediaValue<'a>,
+    #[serde(default, borrow)]
+    video_url: MediaValue<'a>,
+    #[serde(default, borrow)]
+    audio_url: MediaValue<'a>,
+    #[serde(default, borrow)]
+    input_audio: MediaValue<'a>,
+}
+
+impl PartRepr<'_> {
+    /// The identity of a media part: kind prefix + URL (or `format:data` for inline audio).
+    fn media(&self) -> Option<MediaItem> {
+        let kind = self.kind.as_deref()?;
+        let modality = part_modality(kind)?;
+        let key = match kind {
+            "image_url" | "input_image" => part_key("image_url", self.image_url.url.as_deref()?),
+            "video_url" => part_key("video_url", self.video_url.url.as_deref()?),
+            "audio_url" => part_key("audio_url", self.audio_url.url.as_deref()?),
+            _ => {
+                let a = &self.input_audio;
+                let data = a.data.as_deref()?;
+                part_key_of("input_audio", &[a.format.as_deref().unwrap_or(""), ":", data])
+            }
+        };
+        Some(MediaItem { key, modality, size: 1 })
+    }
+}
+
+/// A media field of a content part: a URL string, or an object with `url` (images, video,
+/// audio URLs) or `data` + `format` (`input_audio`). Strings are borrowed from the body when
+/// possible (data URLs can be megabytes). Any other JSON value is ignored, as before media
+/// identity was read, so a malformed media part never fails the body.
+#[derive(Default)]
+struct MediaValue<'a> {
+    url: Option<Cow<'a, str>>,
+    data: Option<Cow<'a, str>>,
+    format: Option<Cow<'a, str>>,
+}
+
+/// A string borrowed from the body when it has no escapes.
+struct CowStr<'a>(Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for CowStr<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Cow::<'de, str>::deserialize(deserializer).map(CowStr)
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for MediaValue<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = MediaValue<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a media URL or object")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(MediaValue { url: Some(Cow::Borrowed(v)), ..Default::default() })
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(MediaValue { url: Some(Cow::Owned(v.to_owned())), ..Default::default() })
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+                Ok(MediaValue { url: Some(Cow::Owned(v)), ..Default::default() })
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut out = MediaValue::default();
+                while let Some(key) = map.next_key::<CowStr<'de>>()? {
+                    let slot = match &*key.0 {
+                        "url" => &mut out.url,
+                        "data" => &mut out.data,
+                        "format" => &mut out.format,
+                        _ => {
+                            map.next_value::<de::IgnoredAny>()?;
+                            continue;
+                        }
+                    };
+                    // A non-string value is ignored rather than rejected.
+                    *slot = map.next_value::<MaybeStr<'de>>()?.0;
+                }
+                Ok(out)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                while seq.next_element::<de::IgnoredAny>()?.is_some() {}
+                Ok(MediaValue::default())
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+                Ok(MediaValue::default())
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+                Ok(MediaValue::default())
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+                Ok(MediaValue::default())
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+                Ok(MediaValue::default())
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(MediaValue::default())
+            }
+        }
+        deserializer.deserialize_any(V)
+    }
+}
+
+/// A string value, or `None` for any other JSON value.
+struct MaybeStr<'a>(Option<Cow<'a, str>>);
+
+impl<'de> Deserialize<'de> for MaybeStr<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        match MediaValue::deserialize(deserializer)? {
+            MediaValue { url: Some(s), .. } => Ok(MaybeStr(Some(s))),
+            _ => Ok(MaybeStr(None)),
+        }
+    }
 }
 
 impl<'de> Deserialize<'de> for MessageContent {
@@ -196,7 +315,8 @@ impl<'de> Deserialize<'de> for MessageContent {
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<MessageContent, A::Error> {
                 let mut parts = Vec::with_capacity(seq.size_hint().unwrap_or(2));
                 while let Some(p) = seq.next_element::<PartRepr>()? {
-                    parts.push(ContentPart { kind: p.kind.unwrap_or_default(), text: p.text });
+                    let media = p.media();
+                    parts.push(ContentPart { kind: p.kind.unwrap_or_default(), text: p.text, media });
                 }
                 Ok(MessageContent::Parts(parts))
             }
