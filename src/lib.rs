@@ -18,6 +18,7 @@
 //!   before the decision, training samples posted after responses).
 //! - `tokenize`: real token ids (in-process tokenizer + chat templates, vLLM render), awaited
 //!   by the stream before the decision.
+//! - `cel`: the CEL subset evaluator used by `request-attribute-reporter`.
 //! - `app`: wiring, servers and shutdown.
 //! - `validate`: `epp validate` checks of configs and KServe manifests.
 //! - `sim`: the fleet simulator (`epp sim`, `epp demo`): simulated vLLM pods driven by the
@@ -38,6 +39,7 @@
 
 pub mod app;
 pub mod bench;
+pub mod cel;
 pub mod cli;
 pub mod config;
 pub mod endpoints;

@@ -9,7 +9,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use prometheus::{IntCounterVec, IntGaugeVec};
 use serde::de::DeserializeOwned;
 
-use super::{PluginInstance, PluginName, decider, filter, picker, producer, profile_handler, scorer, served_verifier};
+use super::{
+    PluginInstance, PluginName, attribute_reporter, decider, filter, picker, producer, profile_handler, scorer,
+    served_verifier,
+};
 use crate::endpoints::store::EndpointStore;
 use crate::telemetry::twin::{RATIO_BUCKETS, TwinGaugeVec, TwinHistogramVec};
 
@@ -114,6 +117,8 @@ pub struct PluginMetrics {
     pub inflight_requests: IntGaugeVec,
     /// `llm_d_epp_inflight_tokens{endpoint_name, producer_name}` (`inflight-load-producer`).
     pub inflight_tokens: IntGaugeVec,
+    /// `epp_request_attribute_reports_total{plugin_name, outcome}` (`request-attribute-reporter`).
+    pub attribute_reports: IntCounterVec,
     /// KV-event and precise index series (`epp_kv_*`).
     pub kv: std::sync::Arc<crate::kvcache::KvCacheMetrics>,
     /// Tokenizer outcomes, latency and prefix-cache use (`token-producer`).
@@ -186,6 +191,12 @@ impl PluginMetrics {
                 "llm_d_epp_inflight_tokens",
                 "Tokens in flight per endpoint, as tracked by an inflight-load-producer.",
                 &["endpoint_name", "producer_name"],
+            )?,
+            attribute_reports: counter(
+                registry,
+                "epp_request_attribute_reports_total",
+                "request-attribute-reporter evaluations at response end, by outcome.",
+                &["plugin_name", "outcome"],
             )?,
             kv: std::sync::Arc::new(crate::kvcache::KvCacheMetrics::register(registry)?),
             tokenize: crate::tokenize::metrics::TokenizeMetrics::register(registry)?,
@@ -319,6 +330,7 @@ pub fn builtin() -> Registry {
         .add(filter::concurrency::TYPE, filter::concurrency::build)
         .add(filter::header_testing::TYPE, filter::header_testing::build)
         .add(served_verifier::TYPE, served_verifier::build)
+        .add(attribute_reporter::TYPE, attribute_reporter::build)
         .add(filter::slo_headroom_tier::TYPE, filter::slo_headroom_tier::build)
         .add(scorer::latency::TYPE, scorer::latency::build)
         .add(producer::predicted_latency::TYPE, producer::predicted_latency::build)
