@@ -5,6 +5,7 @@
 //! before scheduling, and the candidates' metric snapshots.
 
 pub mod attribute_reporter;
+pub mod datalayer;
 pub mod decider;
 pub mod filter;
 pub mod picker;
