@@ -33,6 +33,8 @@
 //!   scheduling::Scheduler [producers -> ProfileHandler -> Profile(filters -> scorers x weight -> picker)]
 //!   --Decision--> extproc::response --headers + metadata--> Envoy
 //! vLLM /metrics --HTTP--> endpoints::scraper --PodMetrics--> endpoints::store
+//! vLLM /v1/models --HTTP--> endpoints::served_models --ServedModels--> endpoints::store
+//! response usage --> ResponseHook::response_metadata (cel) --> final reply dynamic_metadata
 //! vLLM --ZMQ--> kvcache::subscriber --frames--> kvcache::decode --events--> kvcache::index
 //! file --> config::raw --> config::loader --> plugins::registry --> Arc<Scheduler>
 //! ```

@@ -114,3 +114,39 @@ async fn false_condition_or_missing_usage_produces_no_metadata() {
         assert!(text.contains(line), "missing {line}\n{text}");
     }
 }
+
+#[tokio::test]
+async fn buffered_mode_and_trailers_carry_the_metadata_on_their_last_reply() {
+    let pod = FakeVllm::start([127, 0, 0, 63], 0, 0, 0.0).await;
+    let epp = TestEpp::start(&endpoints_yaml(&[("pod", pod.addr, &[])]), Some(CONFIG), |_| {}).await;
+    let mut client = epp.client().await;
+
+    // Buffered: one body reply per message; the end-of-stream one carries the metadata.
+    let mut ex = Exchange::open(&mut client).await;
+    ex.send(request_headers("/v1/completions", &[], false, Some((BUFFERED, BUFFERED)))).await;
+    ex.next().await;
+    ex.send(request_body(br#"{"model":"m","prompt":"hi"}"#, true)).await;
+    ex.next().await;
+    ex.send(response_headers("200", "application/json")).await;
+    ex.next().await;
+    ex.send(response_body(br#"{"model":"m","usage":{"prompt_tokens":2,"completion_tokens":1}}"#, true)).await;
+    assert_eq!(metadata_number(&ex.next().await, "envoy.lb", "total_tokens"), Some(3.0));
+
+    // SSE ending with trailers (gRPC/h2 backends): no chunk carries end of stream, so the
+    // trailers reply is the final message.
+    let mut ex = open(&epp, true).await;
+    let chunk = b"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":4,\"completion_tokens\":4}}\n\n";
+    ex.send(response_body(chunk, false)).await;
+    assert!(ex.next().await.dynamic_metadata.is_none());
+    ex.send(epp::proto::ext_proc::ProcessingRequest {
+        request: Some(epp::proto::ext_proc::processing_request::Request::ResponseTrailers(Default::default())),
+        ..Default::default()
+    })
+    .await;
+    let trailers = ex.next().await;
+    assert!(matches!(
+        trailers.response,
+        Some(epp::proto::ext_proc::processing_response::Response::ResponseTrailers(_))
+    ));
+    assert_eq!(metadata_number(&trailers, "envoy.lb", "total_tokens"), Some(8.0));
+}
