@@ -1,5 +1,6 @@
 //! Wiring: loads the config, builds the scheduler (and, with the `flowControl` gate, the
-//! Flow Control controller and its dispatch loop), starts discovery, scrapers, the ext_proc
+//! Flow Control controller and its dispatch loop), starts discovery (`--endpoints-file` or a
+//! `file-discovery` plugin), scrapers, `/v1/models` pollers, the ext_proc
 //! server (TLS or h2c), the plaintext gRPC health server and the admin server, and owns
 //! shutdown through one cancellation token. `App::start` binds every listener first and
 //! reports the bound addresses, so tests can use port 0.
@@ -22,6 +23,7 @@ use tracing::{info, warn};
 use crate::config::{self, LoadedConfig};
 use crate::endpoints::discovery::{load_endpoints_file_bytes, watch_endpoints_file};
 use crate::endpoints::scraper::{ScrapeConfig, ScrapeMetrics, run_scrapers};
+use crate::endpoints::served_models::{ModelsConfig, run_models_pollers};
 use crate::endpoints::store::EndpointStore;
 use crate::endpoints::vllm_metrics::{BUILTIN_ENGINES, builtin_engine};
 use crate::extproc::service::{ExtProcOptions, ExtProcService, Shared};
@@ -144,6 +146,7 @@ impl App {
             info!(default = %note, "Config default injected");
         }
         loaded.scheduler.objectives = settings.objectives.clone();
+        let file_watch = file_discovery(&settings, &loaded, &store)?;
         let scrape = scrape_config(&settings, &loaded);
         let services: Vec<Arc<dyn BackgroundService>> =
             loaded.plugins.iter().filter_map(|p| p.background.clone()).collect();
@@ -235,6 +238,25 @@ impl App {
                 cancel.clone(),
             ));
         }
+        if let Some((path, bytes)) = file_watch {
+            tasks.spawn(watch_endpoints_file(
+                path,
+                bytes,
+                store.clone(),
+                settings.endpoints_poll_interval,
+                cancel.clone(),
+            ));
+        }
+        if let Some(models) = &loaded.data_layer.models {
+            let config = ModelsConfig {
+                path: models.path.clone(),
+                interval: models.interval.unwrap_or(settings.refresh_metrics_interval),
+                timeout: settings.scrape_timeout,
+            };
+            info!(path = %config.path, interval = ?config.interval, "Polling endpoints' model lists");
+            let errors = scrape_metrics.poll_errors.clone();
+            tasks.spawn(run_models_pollers(store.clone(), Arc::new(config), errors, cancel.clone()));
+        }
         if let Some(controller) = flow_control.clone() {
             tasks.spawn(controller.run(cancel.clone()));
         }
@@ -293,6 +315,36 @@ fn drift_details(registry: &prometheus::Registry) -> Vec<String> {
             )
         })
         .collect()
+}
+
+/// Endpoints from a `file-discovery` plugin: loaded into the store now; returns the file to
+/// watch when `watchFile` is set. The same file as `--endpoints-file` is already loaded (and
+/// watched) by the flag; a different one is an error.
+fn file_discovery(
+    settings: &Settings,
+    loaded: &LoadedConfig,
+    store: &EndpointStore,
+) -> anyhow::Result<Option<(PathBuf, Vec<u8>)>> {
+    let Some(fd) = &loaded.data_layer.file_discovery else { return Ok(None) };
+    if let Some(flag) = &settings.endpoints_file {
+        let same = match (std::fs::canonicalize(flag), std::fs::canonicalize(&fd.path)) {
+            (Ok(a), Ok(b)) => a == b,
+            _ => flag == &fd.path,
+        };
+        if same {
+            info!(path = %fd.path.display(), "file-discovery names the --endpoints-file file; using the flag's watcher");
+            return Ok(None);
+        }
+        anyhow::bail!(
+            "--endpoints-file {} and the file-discovery plugin's path {} name different files; use one of them",
+            flag.display(),
+            fd.path.display()
+        );
+    }
+    let (endpoints, bytes) = load_endpoints_file_bytes(&fd.path).context("file-discovery")?;
+    info!(path = %fd.path.display(), count = endpoints.len(), watch = fd.watch_file, "Endpoints loaded (file-discovery)");
+    store.replace(endpoints);
+    Ok(fd.watch_file.then(|| (fd.path.clone(), bytes)))
 }
 
 fn scrape_config(settings: &Settings, loaded: &LoadedConfig) -> ScrapeConfig {

@@ -18,6 +18,7 @@
 //!   before the decision, training samples posted after responses).
 //! - `tokenize`: real token ids (in-process tokenizer + chat templates, vLLM render), awaited
 //!   by the stream before the decision.
+//! - `cel`: the CEL subset evaluator used by `request-attribute-reporter`.
 //! - `app`: wiring, servers and shutdown.
 //! - `validate`: `epp validate` checks of configs and KServe manifests.
 //! - `sim`: the fleet simulator (`epp sim`, `epp demo`): simulated vLLM pods driven by the
@@ -32,12 +33,15 @@
 //!   scheduling::Scheduler [producers -> admitters -> ProfileHandler -> Profile(filters -> scorers -> picker)]
 //!   --Decision--> extproc::response --headers + metadata--> Envoy
 //! vLLM /metrics --HTTP--> endpoints::scraper --PodMetrics--> endpoints::store
+//! vLLM /v1/models --HTTP--> endpoints::served_models --ServedModels--> endpoints::store
+//! response usage --> ResponseHook::response_metadata (cel) --> final reply dynamic_metadata
 //! vLLM --ZMQ--> kvcache::subscriber --frames--> kvcache::decode --events--> kvcache::index
 //! file --> config::raw --> config::loader --> plugins::registry --> Arc<Scheduler>
 //! ```
 
 pub mod app;
 pub mod bench;
+pub mod cel;
 pub mod cli;
 pub mod config;
 pub mod endpoints;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use crate::endpoints::model::{Candidate, Endpoint, MetricsState, ROLE_LABEL};
+use crate::endpoints::model::{Candidate, Endpoint, MetricsState, ROLE_LABEL, ServedModel, ServedModels};
 use crate::request::InferenceRequest;
 use crate::request::openai::{ApiKind, parse_body};
 use crate::scheduling::context::SchedulingContext;
@@ -17,6 +17,7 @@ use crate::scheduling::data::RequestData;
 pub struct EndpointBuilder {
     endpoint: Endpoint,
     metrics: MetricsState,
+    models: Option<ServedModels>,
 }
 
 /// A candidate named `name` with fresh, idle metrics at a unique loopback-range address.
@@ -24,7 +25,7 @@ pub fn endpoint(name: &str) -> EndpointBuilder {
     let h = name.bytes().fold(7u32, |a, b| a.wrapping_mul(31).wrapping_add(u32::from(b)));
     let ip = IpAddr::V4(Ipv4Addr::new(10, (h >> 16) as u8, (h >> 8) as u8, h as u8));
     let metrics = MetricsState { updated_at: Some(Instant::now()), ..Default::default() };
-    EndpointBuilder { endpoint: Endpoint::new(name, ip, 8000), metrics }
+    EndpointBuilder { endpoint: Endpoint::new(name, ip, 8000), metrics, models: None }
 }
 
 impl EndpointBuilder {
@@ -70,13 +71,29 @@ impl EndpointBuilder {
         self.endpoint.port = port;
         self
     }
+    /// A `/v1/models` list: the first id is the base model, the rest are its LoRA adapters
+    /// (listed with `parent`, as vLLM does).
+    pub fn serves(mut self, ids: &[&str]) -> Self {
+        let base = ids.first().map(|s| s.to_string());
+        let models = ids
+            .iter()
+            .enumerate()
+            .map(|(i, id)| ServedModel { id: id.to_string(), parent: if i == 0 { None } else { base.clone() } })
+            .collect();
+        self.models = Some(ServedModels { models, updated_at: Instant::now() });
+        self
+    }
     /// The endpoint only.
     pub fn endpoint(self) -> Endpoint {
         self.endpoint
     }
     /// The candidate.
     pub fn build(self) -> Candidate {
-        Candidate { endpoint: Arc::new(self.endpoint), metrics: Arc::new(self.metrics) }
+        Candidate {
+            endpoint: Arc::new(self.endpoint),
+            metrics: Arc::new(self.metrics),
+            models: self.models.map(Arc::new),
+        }
     }
 }
 

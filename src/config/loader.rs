@@ -9,6 +9,7 @@ use super::error::{ConfigError, ConfigErrors, closest, ref_suggestion};
 use super::raw::{RawConfig, RawSaturationDetector};
 use super::{API_VERSIONS, FEATURE_GATES, flow_control, producers, profiles};
 use crate::flowcontrol::settings::FlowControlSettings;
+use crate::plugins::datalayer::{file_discovery, models};
 use crate::plugins::producer::passive::{CoreMetricsExtractorParams, MetricsDataSourceParams};
 use crate::plugins::registry::{BuildContext, PluginSpec, Registry, decode_params};
 use crate::plugins::{PluginInstance, PluginName};
@@ -32,13 +33,18 @@ pub struct LoadedConfig {
     pub flow_control: Option<FlowControlSettings>,
 }
 
-/// Settings the data-layer plugins give the scraper.
+/// Settings the data-layer plugins give the app (scraper, models pollers, discovery).
 #[derive(Clone, Debug, Default)]
 pub struct DataLayerSettings {
     /// `metrics-data-source` parameters.
     pub source: MetricsDataSourceParams,
     /// `core-metrics-extractor` parameters.
     pub extractor: CoreMetricsExtractorParams,
+    /// `models-data-source` parameters, when a source and a `models-data-extractor` are both
+    /// declared (polling runs only then).
+    pub models: Option<models::SourceParams>,
+    /// `file-discovery` parameters, when declared.
+    pub file_discovery: Option<file_discovery::Params>,
 }
 
 /// Instances under construction, with their specs.
@@ -357,13 +363,47 @@ fn data_layer(raw: &RawConfig, instances: &Instances, errors: &mut Vec<ConfigErr
                 .suggest("remove `sources: []` to use the default metrics source"),
         );
     }
+    let mut models_source = None;
+    let mut has_extractor = false;
     for (spec, inst) in &instances.items {
         match inst.type_name {
             "metrics-data-source" => settings.source = decode_params(spec).unwrap_or_default(),
             "core-metrics-extractor" => settings.extractor = decode_params(spec).unwrap_or_default(),
+            models::EXTRACTOR_TYPE => has_extractor = true,
+            // Parameters were validated by the factories; a second instance is an error.
+            models::SOURCE_TYPE => {
+                if models_source.is_some() {
+                    errors.push(ConfigError::new(&spec.path, "only one models-data-source is supported"));
+                }
+                models_source = models::source_params(spec).ok();
+            }
+            file_discovery::TYPE => {
+                if settings.file_discovery.is_some() {
+                    errors.push(ConfigError::new(&spec.path, "only one file-discovery is supported"));
+                }
+                settings.file_discovery = file_discovery::params(spec).ok();
+            }
             _ => {}
         }
     }
+    let needs_models = instances.items.iter().find(|(_, i)| i.type_name == crate::plugins::filter::served_model::TYPE);
+    if let Some((spec, _)) = needs_models
+        && !has_extractor
+    {
+        errors.push(
+            ConfigError::new(
+                &spec.path,
+                "served-model-filter reads the /v1/models lists, but no models-data-extractor is declared",
+            )
+            .suggest("declare models-data-source and models-data-extractor plugins"),
+        );
+    }
+    match (&models_source, has_extractor) {
+        (Some(_), false) => tracing::warn!("models-data-source has no models-data-extractor; /v1/models is not polled"),
+        (None, true) => tracing::warn!("models-data-extractor has no models-data-source; /v1/models is not polled"),
+        _ => {}
+    }
+    settings.models = models_source.filter(|_| has_extractor);
     settings
 }
 
@@ -394,6 +434,9 @@ fn check_refs(raw: &RawConfig, instances: &Instances, errors: &mut Vec<ConfigErr
     let mut refs: Vec<(String, Option<String>)> = Vec::new();
     let layer = raw.data_layer.as_ref().or(raw.data.as_ref());
     if let Some(l) = layer {
+        if let Some(d) = &l.discovery {
+            refs.push(("dataLayer.discovery.pluginRef".into(), d.plugin_ref.clone()));
+        }
         for (i, s) in l.sources.iter().flatten().enumerate() {
             refs.push((format!("dataLayer.sources[{i}].pluginRef"), s.plugin_ref.clone()));
             for (j, e) in s.extractors.iter().enumerate() {

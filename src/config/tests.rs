@@ -318,3 +318,36 @@ fn latency_producer_encoder_cache_features_bind_the_mm_producer() {
     let off = "plugins: [{type: predicted-latency-producer, parameters: {predictionServerUrls: ['http://127.0.0.1:1'], training: false, encoderCacheMatchInfoProducerName: mm}}]";
     assert!(try_load(off).unwrap().injected.iter().all(|i| !i.starts_with("mm-embeddings")), "ignored unless enabled");
 }
+
+#[test]
+fn models_and_discovery_data_layer_checks() {
+    let base = |plugins: &str, extra: &str| {
+        format!(
+            "plugins:\n{plugins}- type: queue-scorer\n{extra}schedulingProfiles:\n- name: d\n  plugins: [{{pluginRef: queue-scorer}}]\n"
+        )
+    };
+    let errs = errors(&base("- type: served-model-filter\n- type: models-data-source\n", ""));
+    assert!(has_error(&errs, "plugins[0]", "no models-data-extractor"), "{errs:?}");
+    let errs = errors(&base(
+        "- {name: a, type: models-data-source}\n- {name: b, type: models-data-source}\n- type: models-data-extractor\n",
+        "",
+    ));
+    assert!(has_error(&errs, "plugins[1]", "only one models-data-source"), "{errs:?}");
+    let errs = errors(&base(
+        "- type: file-discovery\n  parameters: {path: a.yaml}\n",
+        "dataLayer:\n  discovery: {pluginRef: k8s}\n",
+    ));
+    assert!(has_error(&errs, "dataLayer.discovery.pluginRef", "undefined plugin"), "{errs:?}");
+
+    let loaded = try_load(&base(
+        "- type: models-data-source\n  parameters: {interval: 2s}\n- type: models-data-extractor\n- type: file-discovery\n  parameters: {path: eps.yaml, watchFile: true}\n",
+        "dataLayer:\n  discovery: {pluginRef: file-discovery}\n",
+    ))
+    .expect("loads");
+    let models = loaded.data_layer.models.expect("polling enabled with source + extractor");
+    assert_eq!(models.interval, Some(std::time::Duration::from_secs(2)));
+    let fd = loaded.data_layer.file_discovery.expect("file discovery");
+    assert_eq!((fd.path.to_str(), fd.watch_file), (Some("eps.yaml"), true));
+    let source_only = try_load(&base("- type: models-data-source\n", "")).expect("loads");
+    assert!(source_only.data_layer.models.is_none(), "no extractor, no polling");
+}

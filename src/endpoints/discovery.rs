@@ -11,6 +11,11 @@
 //!     kvEventsEndpoint: tcp://10.0.0.5:5557   # optional
 //! ```
 //!
+//! llm-d's `file-discovery` format is accepted too: `port` may be a string (`"8000"`),
+//! `namespace` is accepted (and ignored: endpoint names must be unique in the file), and
+//! `metricsHost: "ip:port"` sets the metrics port (its host must be the endpoint's address,
+//! since metrics are scraped from the serving address).
+//!
 //! A reload that fails to parse keeps the previous list (and logs why); in-flight requests
 //! keep the candidates they already hold, so a reload never disturbs a stream.
 
@@ -64,13 +69,35 @@ struct RawFile {
     endpoints: Vec<RawEndpoint>,
 }
 
+/// A port written as a number (`8000`) or, as llm-d's format has it, a string (`"8000"`).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum RawPort {
+    Number(u64),
+    Text(String),
+}
+
+impl RawPort {
+    fn value(&self) -> Option<u16> {
+        match self {
+            RawPort::Number(n) => u16::try_from(*n).ok(),
+            RawPort::Text(t) => t.trim().parse().ok(),
+        }
+        .filter(|p| *p != 0)
+    }
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct RawEndpoint {
     name: String,
+    #[serde(default)]
+    #[allow(dead_code)] // accepted for llm-d file-discovery compatibility
+    namespace: Option<String>,
     address: String,
-    port: u16,
+    port: RawPort,
     metrics_port: Option<u16>,
+    metrics_host: Option<String>,
     #[serde(default)]
     labels: BTreeMap<String, String>,
     kv_events_endpoint: Option<String>,
@@ -95,17 +122,35 @@ pub fn parse_endpoints(text: &str, origin: &Path) -> Result<Vec<Endpoint>, Disco
         let address: IpAddr = trimmed
             .parse()
             .map_err(|_| invalid(format!("endpoints[{i}].address {:?} is not an IPv4 or IPv6 address", e.address)))?;
-        if e.port == 0 {
+        let Some(port) = e.port.value() else {
             return Err(invalid(format!("endpoints[{i}].port must be 1-65535")));
+        };
+        let mut metrics_port = e.metrics_port.filter(|p| *p != 0).unwrap_or(port);
+        if let Some(host) = &e.metrics_host {
+            metrics_port =
+                metrics_host_port(host, address).map_err(|m| invalid(format!("endpoints[{i}].metricsHost {m}")))?;
         }
-        let mut endpoint = Endpoint::new(e.name, address, e.port);
-        endpoint.metrics_port = e.metrics_port.filter(|p| *p != 0).unwrap_or(e.port);
+        let mut endpoint = Endpoint::new(e.name, address, port);
+        endpoint.metrics_port = metrics_port;
         endpoint.labels = e.labels;
         endpoint.kv_events_endpoint = e.kv_events_endpoint;
         endpoint.rank = e.rank.unwrap_or(0);
         out.push(endpoint);
     }
     Ok(out)
+}
+
+/// The port of an llm-d `metricsHost` (`ip:port`), whose host must be `address`.
+fn metrics_host_port(host: &str, address: IpAddr) -> Result<u16, String> {
+    let parsed: std::net::SocketAddr =
+        host.parse().map_err(|_| format!("{host:?} is not ip:port (IPv6 as [ip]:port)"))?;
+    if parsed.ip() != address {
+        return Err(format!("{host:?} must use the endpoint's address {address}"));
+    }
+    if parsed.port() == 0 {
+        return Err(format!("{host:?} has port 0"));
+    }
+    Ok(parsed.port())
 }
 
 /// Reads and parses an endpoints file.
@@ -192,6 +237,34 @@ endpoints:
         assert_eq!(&*eps[0].host_port, "10.0.0.5:8000");
         assert_eq!(eps[1].metrics_port, 8001);
         assert_eq!(&*eps[1].host_port, "[fd00::2]:8001");
+    }
+
+    #[test]
+    fn accepts_the_llm_d_file_discovery_format() {
+        let text = r#"
+endpoints:
+  - name: vllm-0
+    namespace: inference
+    address: 10.0.0.5
+    port: "8000"
+    metricsHost: "10.0.0.5:9090"
+    labels: {llm-d.ai/role: decode}
+  - name: vllm-1
+    address: "fd00::3"
+    port: "8001"
+"#;
+        let eps = parse_endpoints(text, Path::new("t.yaml")).unwrap();
+        assert_eq!((&*eps[0].host_port, eps[0].metrics_port), ("10.0.0.5:8000", 9090));
+        assert_eq!((&*eps[1].host_port, eps[1].metrics_port), ("[fd00::3]:8001", 8001));
+        for bad in [
+            "endpoints: [{name: a, address: 10.0.0.1, port: \"x\"}]",
+            "endpoints: [{name: a, address: 10.0.0.1, port: 70000}]",
+            "endpoints: [{name: a, address: 10.0.0.1, port: \"0\"}]",
+            "endpoints: [{name: a, address: 10.0.0.1, port: 1, metricsHost: \"10.0.0.2:9\"}]",
+            "endpoints: [{name: a, address: 10.0.0.1, port: 1, metricsHost: \"pod-a:9\"}]",
+        ] {
+            assert!(matches!(parse_endpoints(bad, Path::new("f")), Err(DiscoveryError::Invalid { .. })), "{bad}");
+        }
     }
 
     #[test]

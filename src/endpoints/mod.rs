@@ -1,7 +1,7 @@
 //! Endpoints: where the pod list comes from (`discovery`), the atomically swapped list with
 //! per-endpoint metrics cells (`store`), the model the scheduler reads (`model`), the
-//! polling scrapers (`scraper`), and turning what a pod reports about itself into typed load
-//! data: [`prom_text`] parses the Prometheus text exposition generically, [`metric_spec`]
+//! polling scrapers (`scraper`), the `/v1/models` pollers (`served_models`), and turning
+//! what a pod reports about itself into typed load data: [`prom_text`] parses the Prometheus text exposition generically, [`metric_spec`]
 //! parses configured metric selectors, and [`vllm_metrics`] alone knows engine metric names.
 
 pub mod discovery;
@@ -10,5 +10,6 @@ pub mod model;
 pub mod periodic;
 pub mod prom_text;
 pub mod scraper;
+pub mod served_models;
 pub mod store;
 pub mod vllm_metrics;

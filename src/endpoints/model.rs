@@ -1,6 +1,6 @@
 //! The endpoint model the scheduler reads: identity and addressing of one serving endpoint
-//! (`Endpoint`), its latest scraped load (`MetricsState`) and the pair handed to plugins
-//! (`Candidate`). Pure data; no I/O.
+//! (`Endpoint`), its latest scraped load (`MetricsState`), the models it serves
+//! (`ServedModels`) and the view handed to plugins (`Candidate`). Pure data; no I/O.
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
@@ -88,6 +88,31 @@ impl MetricsState {
     }
 }
 
+/// One entry of an endpoint's `GET /v1/models` answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServedModel {
+    /// Model or LoRA adapter id (what requests name in `model`).
+    pub id: String,
+    /// Base model of a LoRA adapter (vLLM sets it on adapters only).
+    pub parent: Option<String>,
+}
+
+/// The models an endpoint listed at its last successful `/v1/models` poll.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServedModels {
+    /// Entries in the server's order.
+    pub models: Vec<ServedModel>,
+    /// When the list was fetched.
+    pub updated_at: Instant,
+}
+
+impl ServedModels {
+    /// The entry for `id`, if listed.
+    pub fn find(&self, id: &str) -> Option<&ServedModel> {
+        self.models.iter().find(|m| m.id == id)
+    }
+}
+
 /// An endpoint together with the metrics seen when the request arrived.
 #[derive(Clone, Debug)]
 pub struct Candidate {
@@ -95,6 +120,9 @@ pub struct Candidate {
     pub endpoint: Arc<Endpoint>,
     /// Its metrics at request time.
     pub metrics: Arc<MetricsState>,
+    /// Its `/v1/models` list (`models-data-source`); `None` until the first successful poll
+    /// or when no models source is configured.
+    pub models: Option<Arc<ServedModels>>,
 }
 
 impl Candidate {

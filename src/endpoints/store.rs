@@ -1,14 +1,14 @@
 //! The endpoint store: the current set of endpoints, published as an immutable list that is
-//! swapped atomically when discovery changes it, with per-endpoint metrics cells written by
-//! the scrapers. Readers (`candidates()`) never block writers.
+//! swapped atomically when discovery changes it, with per-endpoint metrics and models cells
+//! written by the scrapers and the models pollers. Readers (`candidates()`) never block writers.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use arc_swap::ArcSwap;
+use arc_swap::{ArcSwap, ArcSwapOption};
 use tokio::sync::watch;
 
-use super::model::{Candidate, Endpoint, EndpointId, MetricsState};
+use super::model::{Candidate, Endpoint, EndpointId, MetricsState, ServedModels};
 
 /// One endpoint in the store with its metrics cell.
 #[derive(Debug)]
@@ -17,16 +17,23 @@ pub struct EndpointEntry {
     pub endpoint: Arc<Endpoint>,
     /// Latest metrics, replaced whole by the scraper.
     pub metrics: ArcSwap<MetricsState>,
+    /// Latest `/v1/models` list, replaced whole by the models poller (`None` until the
+    /// first successful poll).
+    pub models: ArcSwapOption<ServedModels>,
 }
 
 impl EndpointEntry {
     fn new(endpoint: Arc<Endpoint>) -> Self {
-        Self { endpoint, metrics: ArcSwap::from_pointee(MetricsState::default()) }
+        Self { endpoint, metrics: ArcSwap::from_pointee(MetricsState::default()), models: ArcSwapOption::empty() }
     }
 
     /// The candidate view of this entry at this instant.
     pub fn candidate(&self) -> Candidate {
-        Candidate { endpoint: self.endpoint.clone(), metrics: self.metrics.load_full() }
+        Candidate {
+            endpoint: self.endpoint.clone(),
+            metrics: self.metrics.load_full(),
+            models: self.models.load_full(),
+        }
     }
 }
 
@@ -106,6 +113,13 @@ impl EndpointStore {
     /// Stores a scrape result for `entry` and notifies metric subscribers.
     pub fn publish_metrics(&self, entry: &EndpointEntry, state: MetricsState) {
         entry.metrics.store(Arc::new(state));
+        self.metrics_changes.send_modify(|g| *g += 1);
+    }
+
+    /// Stores a `/v1/models` result for `entry` and notifies metric subscribers (the same
+    /// barrier: "something an endpoint reported was stored").
+    pub fn publish_models(&self, entry: &EndpointEntry, models: ServedModels) {
+        entry.models.store(Some(Arc::new(models)));
         self.metrics_changes.send_modify(|g| *g += 1);
     }
 

@@ -1,5 +1,5 @@
 //! Builders of `ProcessingResponse` messages: header mutations (values in `raw_value` only),
-//! the destination metadata under `envoy.lb`, body echo chunks of at most 62000 bytes, and
+//! the destination metadata under `envoy.lb`, response-hook metadata, body echo chunks of at most 62000 bytes, and
 //! immediate (error) responses.
 
 use prost_types::value::Kind;
@@ -14,6 +14,7 @@ use crate::proto::ext_proc::{
     ProcessingResponse, StreamedBodyResponse, TrailersResponse, body_mutation,
 };
 use crate::request::headers::{DESTINATION_ENDPOINT, LB_METADATA_NAMESPACE};
+use crate::scheduling::result::MetadataEdits;
 
 /// Largest body chunk sent back in full-duplex mode (GIE's `BodyByteLimit`).
 pub const BODY_CHUNK_LIMIT: usize = 62_000;
@@ -38,6 +39,15 @@ pub fn destination_metadata(destination: &str) -> Struct {
             .into(),
     };
     Struct { fields: [(LB_METADATA_NAMESPACE.to_string(), Value { kind: Some(Kind::StructValue(inner)) })].into() }
+}
+
+/// Response-hook metadata as a `Struct`: `{namespace: {key: number}}`.
+pub fn metadata_struct(edits: &MetadataEdits) -> Struct {
+    let namespace = |keys: &std::collections::BTreeMap<String, f64>| {
+        let fields = keys.iter().map(|(k, v)| (k.clone(), Value { kind: Some(Kind::NumberValue(*v)) })).collect();
+        Value { kind: Some(Kind::StructValue(Struct { fields })) }
+    };
+    Struct { fields: edits.namespaces.iter().map(|(ns, keys)| (ns.clone(), namespace(keys))).collect() }
 }
 
 fn message(response: Response) -> ProcessingResponse {

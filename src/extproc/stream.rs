@@ -30,7 +30,7 @@ use crate::proto::ext_proc::{CommonResponse, ProcessingRequest, ProcessingRespon
 use crate::request::InferenceRequest;
 use crate::request::headers::{self, CONTENT_LENGTH, DESTINATION_ENDPOINT, REQUEST_ID, RequestHeaders};
 use crate::request::usage::{SseUsageScanner, Usage, restore_model_name, usage_from_json};
-use crate::scheduling::result::{HeaderEdits, SchedulingResult};
+use crate::scheduling::result::{HeaderEdits, MetadataEdits, SchedulingResult};
 
 /// Bodies larger than this are parsed and scheduled on the blocking pool.
 const OFFLOAD_BODY_BYTES: usize = 256 * 1024;
@@ -96,6 +96,8 @@ pub struct StreamProcessor {
     sse: Option<SseUsageScanner>,
     usage: Option<Usage>,
     completed: bool,
+    /// The final response message already carried the hooks' dynamic metadata.
+    metadata_sent: bool,
     closed: bool,
 }
 
@@ -122,6 +124,7 @@ impl StreamProcessor {
             sse: None,
             usage: None,
             completed: false,
+            metadata_sent: false,
             closed: false,
         }
     }
@@ -158,8 +161,10 @@ impl StreamProcessor {
             }
             Some(Request::ResponseBody(b)) => self.on_response_body(b.body, b.end_of_stream),
             Some(Request::ResponseTrailers(_)) => {
+                let mut reply = resp::response_trailers();
+                self.attach_final_metadata(&mut reply);
                 self.complete();
-                vec![resp::response_trailers()]
+                vec![reply]
             }
             None => Vec::new(),
         };
@@ -427,11 +432,12 @@ impl StreamProcessor {
         }
         let mut set = vec![(headers::WENT_INTO_RESP_HEADERS.to_string(), "true".to_string())];
         set.extend(edits.set);
-        let reply = resp::response_headers(CommonResponse {
+        let mut reply = resp::response_headers(CommonResponse {
             header_mutation: Some(resp::mutation(&set, &edits.remove)),
             ..Default::default()
         });
         if end_of_stream {
+            self.attach_final_metadata(&mut reply);
             self.complete();
         }
         vec![reply]
@@ -488,10 +494,36 @@ impl StreamProcessor {
                 }
             }
         }
+        if end_of_stream && let Some(last) = out.last_mut() {
+            self.attach_final_metadata(last);
+        }
         if end_of_stream {
             self.complete();
         }
         out
+    }
+
+    /// The response usage: the buffered body's, else the SSE stream's.
+    fn response_usage(&self) -> Option<Usage> {
+        self.usage.or_else(|| self.sse.as_ref().and_then(SseUsageScanner::usage))
+    }
+
+    /// Asks the response hooks for dynamic metadata (once per request) and sets it on
+    /// `reply`, the final response message.
+    fn attach_final_metadata(&mut self, reply: &mut ProcessingResponse) {
+        if self.metadata_sent {
+            return;
+        }
+        self.metadata_sent = true;
+        let Some(Scheduled { request, result: Some(result) }) = &self.scheduled else { return };
+        let usage = self.response_usage();
+        let mut edits = MetadataEdits::default();
+        for hook in &self.shared.scheduler.load().response {
+            hook.response_metadata(request, result, usage.as_ref(), &mut edits);
+        }
+        if !edits.is_empty() {
+            reply.dynamic_metadata = Some(resp::metadata_struct(&edits));
+        }
     }
 
     /// (target, incoming) when the model name was rewritten and must be restored.
@@ -508,7 +540,7 @@ impl StreamProcessor {
         }
         self.completed = true;
         let Some(s) = &self.scheduled else { return };
-        let usage = self.usage.or_else(|| self.sse.as_ref().and_then(SseUsageScanner::usage));
+        let usage = self.response_usage();
         if let Some(result) = &s.result {
             for hook in &self.shared.scheduler.load().response {
                 hook.on_response_complete(&s.request, result, usage.as_ref());

@@ -6,6 +6,8 @@
 //! before scheduling, and the candidates' metric snapshots.
 
 pub mod admitter;
+pub mod attribute_reporter;
+pub mod datalayer;
 pub mod decider;
 pub mod fairness;
 pub mod filter;
@@ -26,7 +28,7 @@ use crate::request::usage::Usage;
 use crate::scheduling::ScheduleError;
 use crate::scheduling::context::{DataKey, SchedulingContext};
 use crate::scheduling::data::RequestData;
-use crate::scheduling::result::{HeaderEdits, ProfileResults, SchedulingResult};
+use crate::scheduling::result::{HeaderEdits, MetadataEdits, ProfileResults, SchedulingResult};
 
 /// Name of a configured plugin instance (`plugins[].name`, defaulting to its type).
 pub type PluginName = Arc<str>;
@@ -162,6 +164,17 @@ pub trait ResponseHook: Send + Sync + fmt::Debug {
     /// The first response body chunk arrived (called at most once per request, before
     /// `on_response_complete`); the default does nothing.
     fn on_first_response_chunk(&self, _request: &InferenceRequest, _result: &SchedulingResult) {}
+    /// Dynamic metadata for the final response message (the response body reply carrying end
+    /// of stream, or the trailers reply). Called at most once per request, before
+    /// `on_response_complete`; `usage` when the body reported it. The default adds nothing.
+    fn response_metadata(
+        &self,
+        _request: &InferenceRequest,
+        _result: &SchedulingResult,
+        _usage: Option<&Usage>,
+        _metadata: &mut MetadataEdits,
+    ) {
+    }
     /// The response completed, or the stream ended early; `usage` when the body reported it.
     fn on_response_complete(&self, request: &InferenceRequest, result: &SchedulingResult, usage: Option<&Usage>);
 }

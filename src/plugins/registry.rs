@@ -10,8 +10,8 @@ use prometheus::{HistogramVec, IntCounterVec, IntGaugeVec};
 use serde::de::DeserializeOwned;
 
 use super::{
-    PluginInstance, PluginName, admitter, decider, fairness, filter, picker, producer, profile_handler, request_parser,
-    scorer, served_verifier,
+    PluginInstance, PluginName, admitter, attribute_reporter, datalayer, decider, fairness, filter, picker, producer,
+    profile_handler, request_parser, scorer, served_verifier,
 };
 use crate::endpoints::store::EndpointStore;
 use crate::telemetry::twin::{RATIO_BUCKETS, TwinGaugeVec, TwinHistogramVec};
@@ -117,6 +117,14 @@ pub struct PluginMetrics {
     pub inflight_requests: IntGaugeVec,
     /// `llm_d_epp_inflight_tokens{endpoint_name, producer_name}` (`inflight-load-producer`).
     pub inflight_tokens: IntGaugeVec,
+    /// `epp_request_attribute_reports_total{plugin_name, outcome}` (`request-attribute-reporter`).
+    pub attribute_reports: IntCounterVec,
+    /// `llm_d_epp_served_model_filter_decisions_total{plugin_name, outcome}`.
+    pub served_model_decisions: IntCounterVec,
+    /// `llm_d_epp_served_model_filter_candidates_total{plugin_name}`.
+    pub served_model_candidates: IntCounterVec,
+    /// `llm_d_epp_served_model_filter_unlisted_candidates_total{plugin_name}`.
+    pub served_model_unlisted: IntCounterVec,
     /// KV-event and precise index series (`epp_kv_*`).
     pub kv: std::sync::Arc<crate::kvcache::KvCacheMetrics>,
     /// Tokenizer outcomes, latency and prefix-cache use (`token-producer`).
@@ -198,6 +206,30 @@ impl PluginMetrics {
                 "llm_d_epp_inflight_tokens",
                 "Tokens in flight per endpoint, as tracked by an inflight-load-producer.",
                 &["endpoint_name", "producer_name"],
+            )?,
+            attribute_reports: counter(
+                registry,
+                "epp_request_attribute_reports_total",
+                "request-attribute-reporter evaluations at response end, by outcome.",
+                &["plugin_name", "outcome"],
+            )?,
+            served_model_decisions: counter(
+                registry,
+                "llm_d_epp_served_model_filter_decisions_total",
+                "Served model filter decisions, by outcome.",
+                &["plugin_name", "outcome"],
+            )?,
+            served_model_candidates: counter(
+                registry,
+                "llm_d_epp_served_model_filter_candidates_total",
+                "Candidate endpoints evaluated by the served model filter.",
+                &["plugin_name"],
+            )?,
+            served_model_unlisted: counter(
+                registry,
+                "llm_d_epp_served_model_filter_unlisted_candidates_total",
+                "Candidate endpoints without a stored /v1/models list, as seen by the served model filter.",
+                &["plugin_name"],
             )?,
             kv: std::sync::Arc::new(crate::kvcache::KvCacheMetrics::register(registry)?),
             tokenize: crate::tokenize::metrics::TokenizeMetrics::register(registry)?,
@@ -356,6 +388,11 @@ pub fn builtin() -> Registry {
         .add(filter::concurrency::TYPE, filter::concurrency::build)
         .add(filter::header_testing::TYPE, filter::header_testing::build)
         .add(served_verifier::TYPE, served_verifier::build)
+        .add(attribute_reporter::TYPE, attribute_reporter::build)
+        .add(datalayer::file_discovery::TYPE, datalayer::file_discovery::build)
+        .add(datalayer::models::SOURCE_TYPE, datalayer::models::build_source)
+        .add(datalayer::models::EXTRACTOR_TYPE, datalayer::models::build_extractor)
+        .add(filter::served_model::TYPE, filter::served_model::build)
         .add(filter::slo_headroom_tier::TYPE, filter::slo_headroom_tier::build)
         .add(scorer::latency::TYPE, scorer::latency::build)
         .add(producer::predicted_latency::TYPE, producer::predicted_latency::build)

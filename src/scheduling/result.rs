@@ -118,3 +118,24 @@ impl HeaderEdits {
         }
     }
 }
+
+/// Dynamic metadata response hooks add to the final response message sent to Envoy:
+/// namespace -> key -> number (what `request-attribute-reporter` writes). Ordered maps keep
+/// the wire output deterministic.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MetadataEdits {
+    /// namespace -> (key -> value).
+    pub namespaces: std::collections::BTreeMap<String, std::collections::BTreeMap<String, f64>>,
+}
+
+impl MetadataEdits {
+    /// Sets `namespace.key` to a number, replacing an earlier value.
+    pub fn set_number(&mut self, namespace: &str, key: &str, value: f64) {
+        self.namespaces.entry(namespace.to_string()).or_default().insert(key.to_string(), value);
+    }
+
+    /// True when nothing was set.
+    pub fn is_empty(&self) -> bool {
+        self.namespaces.values().all(|m| m.is_empty())
+    }
+}

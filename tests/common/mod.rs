@@ -31,10 +31,12 @@ use tokio_stream::wrappers::ReceiverStream;
 /// Upper bound for any single wait in a test.
 pub const WAIT: Duration = Duration::from_secs(10);
 
-/// A fake vLLM serving `/metrics` with adjustable values.
+/// A fake vLLM serving `/metrics` with adjustable values (on every path but `/v1/models`)
+/// and `/v1/models` with an adjustable status and body (404 until set).
 pub struct FakeVllm {
     pub addr: SocketAddr,
     text: Arc<Mutex<String>>,
+    models: Arc<Mutex<(u16, String)>>,
 }
 
 /// vLLM 0.33-style exposition with the given load.
@@ -50,21 +52,50 @@ impl FakeVllm {
         let listener = TcpListener::bind(SocketAddr::from((ip, 0))).await.expect("bind fake vllm");
         let addr = listener.local_addr().expect("addr");
         let text = Arc::new(Mutex::new(exposition(waiting, running, kv)));
-        let served = text.clone();
+        let models = Arc::new(Mutex::new((404, String::new())));
+        let (served, served_models) = (text.clone(), models.clone());
         tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else { return };
-                let served = served.clone();
+                let (served, served_models) = (served.clone(), served_models.clone());
                 tokio::spawn(async move {
-                    let svc = service_fn(move |_req| {
-                        let body = served.lock().map(|t| t.clone()).unwrap_or_default();
-                        async move { Ok::<_, Infallible>(hyper::Response::new(Full::new(Bytes::from(body)))) }
+                    let svc = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                        let (status, body) = if req.uri().path() == "/v1/models" {
+                            served_models.lock().map(|m| m.clone()).unwrap_or_default()
+                        } else {
+                            (200, served.lock().map(|t| t.clone()).unwrap_or_default())
+                        };
+                        async move {
+                            let mut response = hyper::Response::new(Full::new(Bytes::from(body)));
+                            *response.status_mut() = hyper::StatusCode::from_u16(status).unwrap_or_default();
+                            Ok::<_, Infallible>(response)
+                        }
                     });
                     let _ = http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
                 });
             }
         });
-        Self { addr, text }
+        Self { addr, text, models }
+    }
+
+    /// Serves `/v1/models` as an OpenAI list: the first id is the base model, the rest its
+    /// LoRA adapters (with `parent`, as vLLM lists them).
+    pub fn set_models(&self, ids: &[&str]) {
+        let base = ids.first().copied().unwrap_or_default();
+        let data: Vec<String> = ids
+            .iter()
+            .enumerate()
+            .map(|(i, id)| {
+                let parent = if i == 0 { "null".to_string() } else { format!("\"{base}\"") };
+                format!(r#"{{"id":"{id}","object":"model","owned_by":"vllm","parent":{parent}}}"#)
+            })
+            .collect();
+        *self.models.lock().expect("lock") = (200, format!(r#"{{"object":"list","data":[{}]}}"#, data.join(",")));
+    }
+
+    /// Makes `/v1/models` answer `status` with an empty body.
+    pub fn fail_models(&self, status: u16) {
+        *self.models.lock().expect("lock") = (status, String::new());
     }
 
     /// Replaces the load figures served.

@@ -6,6 +6,7 @@ pub mod header_testing;
 pub mod label_selector;
 pub mod prefix_affinity;
 pub mod role;
+pub mod served_model;
 pub mod slo_headroom_tier;
 pub mod utilization;
 
