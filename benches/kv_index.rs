@@ -131,7 +131,7 @@ fn request_mode_memory(max_holders: u64) {
     let mut rng = 5u64;
     let mut next_report = 1_000_000;
     let mut totals = Vec::new();
-    for chain in 0..(660_000 / (1 + max_holders)) {
+    for chain in 0..(1_320_000 / (1 + max_holders)) {
         let tokens: Vec<u32> = (0..256).map(|_| (splitmix(&mut rng) % 100_000) as u32).collect();
         let ev = KvEvent::BlockStored(BlockStored {
             block_hashes: (0..16).map(|j| splitmix(&mut rng) ^ (chain * 16 + j)).collect(),

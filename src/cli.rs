@@ -169,6 +169,11 @@ pub enum BenchCommand {
         /// Directory with the workload files.
         #[arg(long)]
         workload: PathBuf,
+        /// Index keys: `request` (epp's default: request keys computed from token ids, with
+        /// per-source engine maps; each block's 16 tokens are derived from its hash) or
+        /// `engine` (the hashes themselves).
+        #[arg(long, value_enum, default_value_t = crate::kvcache::ReplayKeys::Request)]
+        key_mode: crate::kvcache::ReplayKeys,
     },
 }
 

@@ -16,8 +16,8 @@ pub fn run(what: BenchCommand) -> anyhow::Result<()> {
             println!("{}", serde_json::to_string(&report)?);
         }
         BenchCommand::Extproc(args) => extproc::run(&args)?,
-        BenchCommand::Index { workload } => {
-            let report = crate::kvcache::run_index_bench(&workload)?;
+        BenchCommand::Index { workload, key_mode } => {
+            let report = crate::kvcache::run_index_bench(&workload, key_mode)?;
             println!("{}", serde_json::to_string(&report)?);
             anyhow::ensure!(report.mismatches == 0, "{} answers differed from the expected files", report.mismatches);
         }

@@ -39,7 +39,7 @@ pub mod sequence;
 pub mod speculative;
 pub mod subscriber;
 
-pub use bench::{BenchError, IndexBenchReport, run_index_bench};
+pub use bench::{BenchError, IndexBenchReport, ReplayKeys, run_index_bench};
 pub use decode::{DecodeError, decode_batch};
 pub use drift::{DriftConfig, DriftDetector};
 pub use encode::encode_batch;

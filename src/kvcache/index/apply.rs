@@ -193,23 +193,35 @@ impl PrefixIndex {
         let n_req = s.token_ids.len() / block_size.max(1);
         let extras = realign_extras(s, n_req);
         let req = keyer.chain(parent, &s.token_ids, block_size, &extras);
-        // Engine block i -> the request keys aligned to it.
-        let mut per_engine: Vec<Vec<u64>> = vec![Vec::new(); s.block_hashes.len()];
-        for (e, r) in align_blocks(s.block_hashes.len(), req.len()) {
+        if req.len() == s.block_hashes.len() {
+            // Equal block sizes (the common case): one request key per engine block.
+            for (h, k) in s.block_hashes.iter().zip(&req) {
+                if map.hold(*h, &[key_ref(*k)], tier, cap) {
+                    self.add(*k, ep, tier, AddMode::Counted);
+                }
+            }
+        } else {
+            self.hold_aligned(&mut map, ep, tier, &s.block_hashes, &req);
+        }
+        stats.stored_blocks += s.block_hashes.len() as u64;
+        EventOutcome::Applied
+    }
+
+    /// Maps each engine block to the request keys aligned to it (block sizes differ).
+    fn hold_aligned(&self, map: &mut EngineMap, ep: EndpointId, tier: u8, hashes: &[u64], req: &[u64]) {
+        let cap = self.config.engine_map_capacity;
+        let mut per_engine: Vec<Vec<u64>> = vec![Vec::new(); hashes.len()];
+        for (e, r) in align_blocks(hashes.len(), req.len()) {
             if per_engine[e].last() != Some(&req[r]) {
                 per_engine[e].push(req[r]);
             }
         }
-        let mut refs = Vec::new();
-        for (h, keys) in s.block_hashes.iter().zip(&per_engine) {
-            refs.clear();
-            refs.extend(keys.iter().map(|k| key_ref(*k)));
+        for (h, keys) in hashes.iter().zip(&per_engine) {
+            let refs: Vec<u32> = keys.iter().map(|k| key_ref(*k)).collect();
             if map.hold(*h, &refs, tier, cap) {
                 keys.iter().for_each(|k| self.add(*k, ep, tier, AddMode::Counted));
             }
         }
-        stats.stored_blocks += s.block_hashes.len() as u64;
-        EventOutcome::Applied
     }
 
     /// The request key of the last epp block of engine block `parent`, found

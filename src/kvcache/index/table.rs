@@ -3,7 +3,7 @@
 //! Buckets are `(key, slot)` pairs of two `u64` (16 bytes, four per cache
 //! line), key `0` marks an empty bucket (a real key 0 lives in a side slot).
 //! A key's home is `key_ref(key) · n >> 32` for any bucket count `n`, so the
-//! table grows by half (load 53-80 %, not the 40-80 % of doubling).
+//! table grows by a quarter (load 64-80 %, not the 40-80 % of doubling).
 //! Deletion uses backward shifting, so there are no tombstones and probe
 //! lengths stay short at the 80 % maximum load. A slot holds up to two
 //! [`holder`]s inline; keys with more holders keep them in a slab list the
@@ -33,9 +33,6 @@ pub fn prefetch<T>(at: *const T) {
 
 const SPREAD: u64 = 0x9E37_79B9_7F4A_7C15;
 
-/// Buckets per 2 MiB: larger arrays are sized in whole huge pages.
-const HUGE_PAGE_BUCKETS: usize = (2 << 20) / 16;
-
 /// A key's 32-bit reference: the top half of its product with a
 /// multiplicative-hash constant. Its high bits give the key's home bucket
 /// ([`bucket_of`]) and its low bits the key's shard, so it names where the key
@@ -49,11 +46,12 @@ pub fn bucket_of(kref: u32, n: usize) -> usize {
     ((u64::from(kref) * n as u64) >> 32) as usize
 }
 
-/// Bucket count after `n`: half again (loads stay within 53-80 %), whole huge
-/// pages from 2 MiB up.
+/// Bucket count after `n`: a quarter more, so loads stay within 64-80 %. (A
+/// size that is not a whole number of huge pages costs nothing extra: only
+/// whole 2 MiB windows of the array are advised for huge pages, see
+/// `buckets.rs`.)
 fn grown_len(n: usize) -> usize {
-    let next = n + n / 2;
-    if next >= HUGE_PAGE_BUCKETS { next.next_multiple_of(HUGE_PAGE_BUCKETS) } else { next }
+    n + n / 4
 }
 
 /// What a key reference resolves to for one holder.
