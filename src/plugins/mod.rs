@@ -141,6 +141,8 @@ pub struct ServiceContext {
     pub endpoints: crate::endpoints::store::EndpointStore,
     /// Stops the service.
     pub cancel: tokio_util::sync::CancellationToken,
+    /// Kubernetes access, when the app has it (`--pool-name`, `--kubeconfig`, in-cluster).
+    pub kube: Option<crate::k8s::KubeHandle>,
 }
 
 /// Boxed future of a background service call.
@@ -191,6 +193,8 @@ pub struct PluginInstance {
     pub decider: Option<Arc<dyn Decider>>,
     /// Background work the app starts after loading (e.g. KV-event subscriptions).
     pub background: Option<Arc<dyn BackgroundService>>,
+    /// Kubernetes object notifications other plugins may subscribe to.
+    pub notification_source: Option<Arc<producer::k8s_notification::K8sNotificationSource>>,
     /// A data-layer or policy plugin that the scheduler itself does not call (metrics
     /// sources, extractors, parsers, flow-control policies).
     pub passive: bool,
@@ -213,6 +217,7 @@ impl PluginInstance {
             saturation: None,
             decider: None,
             background: None,
+            notification_source: None,
             passive: false,
         }
     }
@@ -272,6 +277,11 @@ impl PluginInstance {
         self.background = Some(p);
         self
     }
+    /// Adds the notification-source role.
+    pub fn with_notification_source(mut self, p: Arc<producer::k8s_notification::K8sNotificationSource>) -> Self {
+        self.notification_source = Some(p);
+        self
+    }
     /// Marks the plugin as passive (data layer / policy).
     pub fn passive(mut self) -> Self {
         self.passive = true;
@@ -290,6 +300,7 @@ impl PluginInstance {
             (self.response.is_some(), "response hook"),
             (self.saturation.is_some(), "saturation detector"),
             (self.decider.is_some(), "decider"),
+            (self.notification_source.is_some(), "notification source"),
             (self.passive, "data-layer/policy plugin"),
         ];
         roles.iter().filter(|(has, _)| *has).map(|(_, name)| *name).collect::<Vec<_>>().join(", ")

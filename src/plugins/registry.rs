@@ -309,6 +309,7 @@ pub fn builtin() -> Registry {
         .add(producer::token::TYPE, producer::token::build)
         .add(producer::inflight::TYPE, producer::inflight::build)
         .add(producer::session_id::TYPE, producer::session_id::build)
+        .add(producer::k8s_notification::TYPE, producer::k8s_notification::build)
         .add(filter::utilization::TYPE, filter::utilization::build)
         .add(filter::role::DECODE, filter::role::build_decode)
         .add(filter::role::PREFILL, filter::role::build_prefill)

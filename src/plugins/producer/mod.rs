@@ -4,6 +4,7 @@
 
 pub mod approx_prefix;
 pub mod inflight;
+pub mod k8s_notification;
 pub mod passive;
 pub mod precise_prefix;
 pub mod predicted_latency;
