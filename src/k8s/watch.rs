@@ -86,8 +86,9 @@ struct RawEvent {
 enum Ended {
     /// The server closed the stream; `saw_events` = at least one line arrived.
     Closed { saw_events: bool },
-    /// 410 Gone: relist.
-    Gone,
+    /// 410 Gone: relist (after a backoff when this connection delivered nothing, so a
+    /// server answering 410 to every fresh version cannot make us spin).
+    Gone { saw_events: bool },
     /// A failure; resume from the last version after a backoff.
     Failed(ClientError),
     /// The consumer is gone.
@@ -133,9 +134,12 @@ pub async fn run(
             };
             match ended {
                 Ended::Stopped => return,
-                Ended::Gone => {
+                Ended::Gone { saw_events } => {
                     w.metrics.failures.with_label_values(&[&w.target.resource, "gone"]).inc();
                     info!(resource = %w.target.resource, "Watch expired (410 Gone); relisting");
+                    if !saw_events && !w.backoff(&cancel).await {
+                        return;
+                    }
                     continue 'relist;
                 }
                 Ended::Closed { saw_events: true } => w.recovered(),
@@ -201,11 +205,13 @@ impl Watcher {
         ]);
         let mut lines = match self.client.watch(&path).await {
             Ok(l) => l,
-            Err(e) if e.is_gone() => return Ended::Gone,
+            Err(e) if e.is_gone() => return Ended::Gone { saw_events: false },
             Err(e) => return Ended::Failed(e),
         };
         let idle = Duration::from_secs(u64::from(self.options.timeout_seconds) + 30);
         let mut saw_events = false;
+        // Object events (not bookmarks or errors) on this connection.
+        let mut events = 0u64;
         loop {
             let line = match tokio::time::timeout(idle, lines.next_line()).await {
                 Err(_) => return Ended::Failed(ClientError::Timeout),
@@ -229,7 +235,7 @@ impl Watcher {
             if kind == "error" {
                 let code = event.object.get("code").and_then(Value::as_u64).unwrap_or(0);
                 if code == 410 {
-                    return Ended::Gone;
+                    return Ended::Gone { saw_events: events > 0 };
                 }
                 let message = event.object.get("message").and_then(Value::as_str).unwrap_or_default().to_string();
                 return Ended::Failed(ClientError::Status { status: code as u16, message });
@@ -242,6 +248,7 @@ impl Watcher {
                 "deleted" => WatchEvent::Deleted(event.object),
                 _ => continue,
             };
+            events += 1;
             if self.tx.send(out).await.is_err() {
                 return Ended::Stopped;
             }
