@@ -116,7 +116,7 @@ impl ApiClient {
     pub async fn watch(&self, path_and_query: &str) -> Result<LineStream, ClientError> {
         let resp =
             tokio::time::timeout(self.timeout, self.send(path_and_query)).await.map_err(|_| ClientError::Timeout)??;
-        Ok(LineStream { body: resp.into_body(), buf: BytesMut::new(), done: false })
+        Ok(LineStream { body: resp.into_body(), buf: BytesMut::new(), scanned: 0, done: false })
     }
 
     async fn send(&self, path_and_query: &str) -> Result<hyper::Response<Incoming>, ClientError> {
@@ -127,7 +127,8 @@ impl ApiClient {
             Token::None => None,
             Token::Static(t) => Some(t.clone()),
             Token::File(p) => Some(
-                std::fs::read_to_string(p)
+                tokio::fs::read_to_string(p)
+                    .await
                     .map_err(|source| ConfigError::Read { path: p.clone(), source })?
                     .trim()
                     .to_string(),
@@ -177,6 +178,8 @@ where
 pub struct LineStream {
     body: Incoming,
     buf: BytesMut,
+    /// Bytes of `buf` already searched for a newline (a long line is scanned once).
+    scanned: usize,
     done: bool,
 }
 
@@ -184,7 +187,8 @@ impl LineStream {
     /// The next line without its newline; `Ok(None)` when the server ended the stream.
     pub async fn next_line(&mut self) -> Result<Option<Bytes>, ClientError> {
         loop {
-            if let Some(i) = self.buf.iter().position(|b| *b == b'\n') {
+            if let Some(i) = self.buf[self.scanned..].iter().position(|b| *b == b'\n').map(|i| i + self.scanned) {
+                self.scanned = 0;
                 let line = self.buf.split_to(i + 1).freeze();
                 let line = line.slice(..i);
                 if line.iter().all(u8::is_ascii_whitespace) {
@@ -199,6 +203,7 @@ impl LineStream {
                 }
                 return Ok(Some(std::mem::take(&mut self.buf).freeze()));
             }
+            self.scanned = self.buf.len();
             if self.buf.len() > MAX_BODY_BYTES {
                 return Err(ClientError::Body(format!("watch line longer than {MAX_BODY_BYTES} bytes")));
             }

@@ -111,7 +111,9 @@ pub struct ClusterConfig {
     pub token: Token,
     /// PEM bundle of trusted CAs for https (`None`: the server must be http).
     pub ca_pem: Option<Vec<u8>>,
-    /// Namespace of the kubeconfig context or of the service account, when known.
+    /// Namespace of the kubeconfig context or of the service account, when known
+    /// (informational: as in GIE, the pool namespace comes from `--pool-namespace` or env
+    /// `NAMESPACE`).
     pub namespace: Option<String>,
 }
 
