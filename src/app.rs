@@ -69,6 +69,21 @@ pub struct Settings {
     pub grpc_max_recv_bytes: usize,
     /// Objective name -> priority (`--objective`).
     pub objectives: HashMap<String, i32>,
+    /// Kubernetes access and the InferencePool to follow (`--pool-name`).
+    pub kubernetes: Option<KubeSettings>,
+}
+
+/// Kubernetes settings of the app.
+#[derive(Clone, Debug)]
+pub struct KubeSettings {
+    /// API server and credentials.
+    pub cluster: crate::k8s::config::ClusterConfig,
+    /// Namespace of the pool and of namespaced notification sources.
+    pub namespace: String,
+    /// The pool whose pods become endpoints; `None` = Kubernetes only for plugins.
+    pub pool: Option<crate::k8s::pool::PoolRef>,
+    /// Watch retry settings.
+    pub watch: crate::k8s::watch::WatchOptions,
 }
 
 impl Settings {
@@ -90,6 +105,7 @@ impl Settings {
             health_checking: false,
             grpc_max_recv_bytes: 64 << 20,
             objectives: HashMap::new(),
+            kubernetes: None,
         }
     }
 }
@@ -167,6 +183,16 @@ impl App {
             flow_control: flow_control.clone(),
         });
         let scrape_metrics = ScrapeMetrics::register(&registry)?;
+        let kube = match &settings.kubernetes {
+            Some(k) => Some(crate::k8s::KubeHandle {
+                client: crate::k8s::client::ApiClient::new(k.cluster.clone(), Duration::from_secs(30))
+                    .context("Kubernetes client")?,
+                namespace: k.namespace.clone(),
+                metrics: crate::k8s::metrics::K8sMetrics::register(&registry)?,
+                options: k.watch,
+            }),
+            None => None,
+        };
 
         let grpc = TcpListener::bind(settings.grpc_addr)
             .await
@@ -257,13 +283,30 @@ impl App {
             let errors = scrape_metrics.poll_errors.clone();
             tasks.spawn(run_models_pollers(store.clone(), Arc::new(config), errors, cancel.clone()));
         }
+        if let (Some(kube), Some(pool)) = (&kube, settings.kubernetes.as_ref().and_then(|k| k.pool.clone())) {
+            info!(pool = %pool.name, namespace = %pool.namespace, group = %pool.group, "InferencePool discovery");
+            let discovery = crate::k8s::discovery::PoolDiscovery {
+                client: kube.client.clone(),
+                pool,
+                store: store.clone(),
+                options: kube.options,
+                metrics: kube.metrics.clone(),
+                progress: tokio::sync::watch::channel(0).0,
+            };
+            let c = cancel.clone();
+            tasks.spawn(async move {
+                if let Err(error) = discovery.run(c).await {
+                    tracing::error!(%error, "InferencePool discovery stopped");
+                }
+            });
+        }
         if let Some(controller) = flow_control.clone() {
             tasks.spawn(controller.run(cancel.clone()));
         }
         tasks.spawn(run_scrapers(store.clone(), Arc::new(scrape), scrape_metrics, cancel.clone()));
         info!(%grpc_addr, %health_addr, %metrics_addr, tls = settings.secure_serving, "epp serving");
         for service in &services {
-            let cx = ServiceContext { endpoints: store.clone(), cancel: cancel.clone() };
+            let cx = ServiceContext { endpoints: store.clone(), cancel: cancel.clone(), kube: kube.clone() };
             if let Err(error) = service.start(cx).await {
                 cancel.cancel();
                 anyhow::bail!("starting a plugin's background service failed: {error}");

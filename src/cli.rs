@@ -249,12 +249,23 @@ pub struct ServeArgs {
     /// Log encoding.
     #[arg(long = "zap-encoder", value_enum, default_value = "console")]
     pub log_format: LogFormat,
-    /// Kubernetes InferencePool discovery (not available in this build: use --endpoints-file).
-    #[arg(long)]
+    /// InferencePool whose Ready pods become the endpoints (Kubernetes discovery; exclusive
+    /// with --endpoints-file). Pods match the pool's selector; each target port is one
+    /// endpoint `<pod>-rank-<i>`.
+    #[arg(long, conflicts_with = "endpoints_file")]
     pub pool_name: Option<String>,
-    /// Namespace of the pool.
-    #[arg(long)]
-    pub pool_namespace: Option<String>,
+    /// Namespace of the pool (and of namespaced `k8s-notification-source` objects); falls
+    /// back to env NAMESPACE, then `default`.
+    #[arg(long, env = "NAMESPACE", default_value = "default")]
+    pub pool_namespace: String,
+    /// API group of the pool: `inference.networking.k8s.io` (v1) or
+    /// `inference.networking.x-k8s.io` (v1alpha2).
+    #[arg(long, default_value = crate::k8s::pool::GROUP_V1)]
+    pub pool_group: String,
+    /// Kubeconfig file for reaching the API server outside a cluster (current context; token
+    /// or no authentication). Without it epp uses the in-cluster service account.
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
     /// Accepted for compatibility; alpha plugins load regardless.
     #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub allow_experimental_plugins: bool,
@@ -273,5 +284,38 @@ impl ServeArgs {
     /// Listen address of a port.
     pub fn addr(&self, port: u16) -> SocketAddr {
         SocketAddr::new(self.bind_address, port)
+    }
+
+    /// Kubernetes access: `--kubeconfig`/KUBECONFIG, else the in-cluster service account.
+    /// Required with `--pool-name`; otherwise optional (used by `k8s-notification-source`).
+    /// Reads the named files; errors are ready to print.
+    pub fn kube_settings(&self) -> Result<Option<crate::app::KubeSettings>, String> {
+        use crate::k8s::config::ClusterConfig;
+        let cluster = match &self.kubeconfig {
+            Some(path) if !path.as_os_str().is_empty() => {
+                Some(ClusterConfig::from_kubeconfig(path).map_err(|e| e.to_string())?)
+            }
+            _ => ClusterConfig::in_cluster().map_err(|e| e.to_string())?,
+        };
+        let pool = self.pool_name.as_ref().map(|name| crate::k8s::pool::PoolRef {
+            name: name.clone(),
+            namespace: self.pool_namespace.clone(),
+            group: self.pool_group.clone(),
+        });
+        if let Some(pool) = &pool {
+            pool.version()?;
+        }
+        match (cluster, pool) {
+            (Some(cluster), pool) => Ok(Some(crate::app::KubeSettings {
+                cluster,
+                namespace: self.pool_namespace.clone(),
+                pool,
+                watch: Default::default(),
+            })),
+            (None, Some(_)) => Err("--pool-name needs Kubernetes access: run in a cluster (KUBERNETES_SERVICE_HOST) \
+                 or give --kubeconfig"
+                .into()),
+            (None, None) => Ok(None),
+        }
     }
 }

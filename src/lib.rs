@@ -12,6 +12,8 @@
 //! - `config`: EndpointPickerConfig loading and validation.
 //! - `flowcontrol`: admission queueing before scheduling (feature gate `flowControl`).
 //! - `endpoints`: discovery, the endpoint store, metric scraping.
+//! - `k8s`: Kubernetes client, InferencePool/pod discovery into the endpoint store, object
+//!   notifications (`k8s-notification-source`).
 //! - `kvcache`: vLLM KV events (ZeroMQ, msgpack), block hashing, the sharded prefix index.
 //! - `telemetry`: logs, metrics, admin server.
 //! - `latency`: client of the latency-predictor sidecars (bulk TTFT/TPOT predictions awaited
@@ -32,6 +34,7 @@
 //!   [flowcontrol::FlowController::enqueue_and_wait (gate flowControl)]
 //!   scheduling::Scheduler [producers -> admitters -> ProfileHandler -> Profile(filters -> scorers -> picker)]
 //!   --Decision--> extproc::response --headers + metadata--> Envoy
+//! API server --LIST+WATCH--> k8s::watch --pool, pods--> k8s::discovery --Endpoints--> endpoints::store
 //! vLLM /metrics --HTTP--> endpoints::scraper --PodMetrics--> endpoints::store
 //! vLLM /v1/models --HTTP--> endpoints::served_models --ServedModels--> endpoints::store
 //! response usage --> ResponseHook::response_metadata (cel) --> final reply dynamic_metadata
@@ -48,6 +51,7 @@ pub mod endpoints;
 pub mod extproc;
 pub mod flowcontrol;
 pub mod http_client;
+pub mod k8s;
 pub mod kvcache;
 pub mod latency;
 pub mod plugins;

@@ -1,7 +1,7 @@
 //! The `epp` binary: parses flags, sets up logging, reads the config and runs the app until
 //! SIGINT/SIGTERM.
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use clap::Parser;
 use epp::app::{App, Settings};
 use epp::cli::{BodyModeArg, Cli, Command};
@@ -35,11 +35,6 @@ fn validate(files: &[std::path::PathBuf], output: epp::validate::OutputFormat) -
 }
 
 async fn serve(args: epp::cli::ServeArgs) -> anyhow::Result<()> {
-    if args.pool_name.is_some() {
-        bail!(
-            "--pool-name (Kubernetes InferencePool discovery) is not available in this build; list the endpoints in --endpoints-file"
-        );
-    }
     let config_text = match (&args.config_file, &args.config_text) {
         (Some(path), _) => {
             Some(std::fs::read_to_string(path).with_context(|| format!("reading --config-file {}", path.display()))?)
@@ -66,9 +61,12 @@ async fn serve(args: epp::cli::ServeArgs) -> anyhow::Result<()> {
         health_checking: args.health_checking,
         grpc_max_recv_bytes: args.grpc_max_recv_msg_size.saturating_add(1 << 20),
         objectives: args.objectives.iter().cloned().collect(),
+        kubernetes: args.kube_settings().map_err(anyhow::Error::msg)?,
     };
-    if settings.endpoints_file.is_none() {
-        tracing::warn!("no --endpoints-file given: every request will get 503 until endpoints are configured");
+    if settings.endpoints_file.is_none() && args.pool_name.is_none() {
+        tracing::warn!(
+            "neither --endpoints-file nor --pool-name given: every request will get 503 until endpoints are configured"
+        );
     }
     let app = App::start(settings).await?;
     let cancel = app.cancel_token();

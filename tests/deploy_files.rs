@@ -54,3 +54,28 @@ fn envoy_configs_use_the_documented_modes() {
     let b = ext_proc_mode("envoy/envoy-buffered.yaml");
     assert_eq!(b["request_body_mode"], "BUFFERED");
 }
+
+#[test]
+fn example_rbac_grants_what_pool_discovery_reads() {
+    let text = std::fs::read_to_string(deploy("examples/rbac.yaml")).unwrap();
+    let mut granted = Vec::new();
+    for doc in serde_yaml::Deserializer::from_str(&text) {
+        let doc = <serde_yaml::Value as serde::Deserialize>::deserialize(doc).unwrap();
+        if doc["kind"].as_str() != Some("Role") {
+            continue;
+        }
+        for rule in doc["rules"].as_sequence().unwrap() {
+            let verbs: Vec<&str> = rule["verbs"].as_sequence().unwrap().iter().filter_map(|v| v.as_str()).collect();
+            for group in rule["apiGroups"].as_sequence().unwrap() {
+                for resource in rule["resources"].as_sequence().unwrap() {
+                    if ["get", "list", "watch"].iter().all(|v| verbs.contains(v)) {
+                        granted.push((group.as_str().unwrap().to_string(), resource.as_str().unwrap().to_string()));
+                    }
+                }
+            }
+        }
+    }
+    for (group, resource) in [("", "pods"), (epp::k8s::pool::GROUP_V1, "inferencepools")] {
+        assert!(granted.contains(&(group.to_string(), resource.to_string())), "{group}/{resource} not granted");
+    }
+}

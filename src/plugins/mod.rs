@@ -202,6 +202,8 @@ pub struct ServiceContext {
     pub endpoints: crate::endpoints::store::EndpointStore,
     /// Stops the service.
     pub cancel: tokio_util::sync::CancellationToken,
+    /// Kubernetes access, when the app has it (`--pool-name`, `--kubeconfig`, in-cluster).
+    pub kube: Option<crate::k8s::KubeHandle>,
 }
 
 /// Boxed future of a background service call.
@@ -258,6 +260,8 @@ pub struct PluginInstance {
     pub background: Option<Arc<dyn BackgroundService>>,
     /// Request-parser role (named from `parser` / `requestHandler.parsers`).
     pub parser: Option<crate::request::parsers::ParserKind>,
+    /// Kubernetes object notifications other plugins may subscribe to.
+    pub notification_source: Option<Arc<producer::k8s_notification::K8sNotificationSource>>,
     /// A data-layer or policy plugin that the scheduler itself does not call (metrics
     /// sources, extractors, flow-control policies).
     pub passive: bool,
@@ -283,6 +287,7 @@ impl PluginInstance {
             fairness: None,
             background: None,
             parser: None,
+            notification_source: None,
             passive: false,
         }
     }
@@ -357,6 +362,12 @@ impl PluginInstance {
         self.parser = Some(kind);
         self
     }
+
+    /// Adds the notification-source role.
+    pub fn with_notification_source(mut self, p: Arc<producer::k8s_notification::K8sNotificationSource>) -> Self {
+        self.notification_source = Some(p);
+        self
+    }
     /// Marks the plugin as passive (data layer / policy).
     pub fn passive(mut self) -> Self {
         self.passive = true;
@@ -378,6 +389,7 @@ impl PluginInstance {
             (self.admitter.is_some(), "admitter"),
             (self.fairness.is_some(), "fairness policy"),
             (self.parser.is_some(), "request parser"),
+            (self.notification_source.is_some(), "notification source"),
             (self.passive, "data-layer/policy plugin"),
         ];
         roles.iter().filter(|(has, _)| *has).map(|(_, name)| *name).collect::<Vec<_>>().join(", ")

@@ -378,6 +378,7 @@ pub fn builtin() -> Registry {
         .add(producer::session_id::TYPE, producer::session_id::build)
         .add(producer::mm_cache::TYPE, producer::mm_cache::build)
         .add(scorer::mm_cache::TYPE, scorer::mm_cache::build)
+        .add(producer::k8s_notification::TYPE, producer::k8s_notification::build)
         .add(filter::utilization::TYPE, filter::utilization::build)
         .add(filter::role::DECODE, filter::role::build_decode)
         .add(filter::role::PREFILL, filter::role::build_prefill)

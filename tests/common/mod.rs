@@ -24,6 +24,8 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use prost_types::value::Kind;
 use tokio::net::TcpListener;
+pub mod kube;
+
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;

@@ -4,6 +4,7 @@
 
 pub mod approx_prefix;
 pub mod inflight;
+pub mod k8s_notification;
 pub mod mm_cache;
 pub mod passive;
 pub mod precise_prefix;

@@ -1,0 +1,302 @@
+//! A mock Kubernetes API server on 127.0.0.1 (plain HTTP/1.1): LIST and streamed WATCH of any
+//! collection path with `labelSelector` (`k=v,...`) and `fieldSelector` (`metadata.name=x`),
+//! resource versions, watch replay from a version, 410 Gone for compacted versions, API
+//! discovery documents, and test controls to expire or drop watches and inject raw lines.
+//! Every request bumps a generation so tests can wait for "the client re-listed/re-watched".
+
+use std::collections::{BTreeMap, HashMap};
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::Frame;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, watch};
+use tokio_stream::wrappers::UnboundedReceiverStream;
+
+use super::WAIT;
+
+type Body = BoxBody<Bytes, Infallible>;
+type FrameTx = mpsc::UnboundedSender<Result<Frame<Bytes>, Infallible>>;
+
+struct Watcher {
+    label: Option<String>,
+    field: Option<String>,
+    tx: FrameTx,
+}
+
+#[derive(Default)]
+struct Collection {
+    objects: BTreeMap<String, Value>,
+    history: Vec<(u64, &'static str, Value)>,
+    compacted: u64,
+    watchers: Vec<Watcher>,
+    lists: u64,
+    watches: u64,
+}
+
+#[derive(Default)]
+struct Inner {
+    rv: u64,
+    collections: HashMap<String, Collection>,
+    discovery: HashMap<String, Value>,
+}
+
+/// The mock server.
+#[derive(Clone)]
+pub struct MockKube {
+    pub addr: SocketAddr,
+    inner: Arc<Mutex<Inner>>,
+    generation: watch::Sender<u64>,
+}
+
+impl MockKube {
+    /// Starts on 127.0.0.1 and an ephemeral port.
+    pub async fn start() -> Self {
+        let listener = TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await.expect("bind mock kube");
+        let addr = listener.local_addr().expect("addr");
+        let mock = Self { addr, inner: Arc::default(), generation: watch::channel(0).0 };
+        let server = mock.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else { return };
+                let server = server.clone();
+                tokio::spawn(async move {
+                    let svc = service_fn(move |req| {
+                        let server = server.clone();
+                        async move { Ok::<_, Infallible>(server.handle(req)) }
+                    });
+                    let _ = http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
+                });
+            }
+        });
+        mock
+    }
+
+    /// A kubeconfig pointing at this server (no auth), written to `dir`.
+    pub fn kubeconfig(&self, dir: &std::path::Path) -> std::path::PathBuf {
+        let path = dir.join("kubeconfig");
+        let text = format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: mock\ncontexts:\n- name: mock\n  context: {{cluster: mock, user: me}}\nclusters:\n- name: mock\n  cluster: {{server: 'http://{}'}}\nusers:\n- name: me\n  user: {{}}\n",
+            self.addr
+        );
+        std::fs::write(&path, text).expect("write kubeconfig");
+        path
+    }
+
+    /// Serves an APIResourceList at `path` (e.g. `/api/v1`).
+    pub fn set_discovery(&self, path: &str, resources: Value) {
+        let doc = json!({"kind": "APIResourceList", "resources": resources});
+        self.inner.lock().unwrap().discovery.insert(path.to_string(), doc);
+    }
+
+    /// Creates or replaces an object; returns its new resourceVersion.
+    pub fn apply(&self, collection: &str, mut object: Value) -> u64 {
+        let mut inner = self.inner.lock().unwrap();
+        inner.rv += 1;
+        let rv = inner.rv;
+        object["metadata"]["resourceVersion"] = json!(rv.to_string());
+        let name = object["metadata"]["name"].as_str().expect("object name").to_string();
+        let c = inner.collections.entry(collection.to_string()).or_default();
+        let kind = if c.objects.insert(name, object.clone()).is_some() { "MODIFIED" } else { "ADDED" };
+        c.history.push((rv, kind, object.clone()));
+        c.broadcast(kind, &object);
+        rv
+    }
+
+    /// Deletes an object (no-op when absent).
+    pub fn delete(&self, collection: &str, name: &str) {
+        let mut inner = self.inner.lock().unwrap();
+        inner.rv += 1;
+        let rv = inner.rv;
+        let c = inner.collections.entry(collection.to_string()).or_default();
+        if let Some(mut object) = c.objects.remove(name) {
+            object["metadata"]["resourceVersion"] = json!(rv.to_string());
+            c.history.push((rv, "DELETED", object.clone()));
+            c.broadcast("DELETED", &object);
+        }
+    }
+
+    /// Compacts history: open watches get an ERROR 410 event and end; resuming from a version
+    /// older than the current one answers 410 too, so the client must relist.
+    pub fn expire(&self, collection: &str) {
+        let mut inner = self.inner.lock().unwrap();
+        let rv = inner.rv;
+        let c = inner.collections.entry(collection.to_string()).or_default();
+        c.compacted = rv;
+        c.history.clear();
+        for w in c.watchers.drain(..) {
+            let _ = w.tx.send(Ok(Frame::data(gone_line())));
+        }
+    }
+
+    /// Ends every open watch of `collection` (the connection closes, as on a network drop).
+    pub fn drop_watches(&self, collection: &str) {
+        let mut inner = self.inner.lock().unwrap();
+        inner.collections.entry(collection.to_string()).or_default().watchers.clear();
+    }
+
+    /// Sends a raw line to every open watch of `collection`.
+    pub fn inject(&self, collection: &str, line: &str) {
+        let mut inner = self.inner.lock().unwrap();
+        let c = inner.collections.entry(collection.to_string()).or_default();
+        for w in &c.watchers {
+            let _ = w.tx.send(Ok(Frame::data(Bytes::from(format!("{line}\n")))));
+        }
+    }
+
+    /// (LISTs, WATCHes) served for `collection` so far.
+    pub fn calls(&self, collection: &str) -> (u64, u64) {
+        let inner = self.inner.lock().unwrap();
+        inner.collections.get(collection).map_or((0, 0), |c| (c.lists, c.watches))
+    }
+
+    /// Open watches of `collection`.
+    pub fn open_watches(&self, collection: &str) -> usize {
+        let mut inner = self.inner.lock().unwrap();
+        let c = inner.collections.entry(collection.to_string()).or_default();
+        c.watchers.retain(|w| !w.tx.is_closed());
+        c.watchers.len()
+    }
+
+    /// Waits (on the request barrier) until `check` holds.
+    pub async fn wait_until(&self, what: &str, check: impl Fn(&Self) -> bool) {
+        let mut changes = self.generation.subscribe();
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while !check(self) {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let changed = tokio::time::timeout(left, changes.changed()).await;
+            assert!(matches!(changed, Ok(Ok(()))), "mock kube: {what} not within {WAIT:?}");
+        }
+    }
+
+    fn handle(&self, req: hyper::Request<hyper::body::Incoming>) -> hyper::Response<Body> {
+        let path = req.uri().path().to_string();
+        let query = parse_query(req.uri().query().unwrap_or_default());
+        let response = self.route(&path, &query);
+        self.generation.send_modify(|g| *g += 1);
+        response
+    }
+
+    fn route(&self, path: &str, query: &HashMap<String, String>) -> hyper::Response<Body> {
+        let mut inner = self.inner.lock().unwrap();
+        if let Some(doc) = inner.discovery.get(path) {
+            return json_response(200, doc);
+        }
+        let label = query.get("labelSelector").cloned().filter(|s| !s.is_empty());
+        let field = query.get("fieldSelector").cloned().filter(|s| !s.is_empty());
+        let rv = inner.rv;
+        let c = inner.collections.entry(path.to_string()).or_default();
+        if query.get("watch").map(String::as_str) != Some("true") {
+            c.lists += 1;
+            let items: Vec<Value> =
+                c.objects.values().filter(|o| matches(o, label.as_deref(), field.as_deref())).cloned().collect();
+            let list = json!({"kind": "List", "metadata": {"resourceVersion": rv.to_string()}, "items": items});
+            return json_response(200, &list);
+        }
+        c.watches += 1;
+        let from: u64 = query.get("resourceVersion").and_then(|v| v.parse().ok()).unwrap_or(0);
+        let (tx, rx) = mpsc::unbounded_channel();
+        if from < c.compacted {
+            let _ = tx.send(Ok(Frame::data(gone_line())));
+        } else {
+            for (version, kind, object) in &c.history {
+                if *version > from && matches(object, label.as_deref(), field.as_deref()) {
+                    let _ = tx.send(Ok(Frame::data(event_line(kind, object))));
+                }
+            }
+            c.watchers.push(Watcher { label, field, tx });
+        }
+        let body = StreamBody::new(UnboundedReceiverStream::new(rx)).boxed();
+        hyper::Response::builder().status(200).header("content-type", "application/json").body(body).unwrap()
+    }
+}
+
+impl Collection {
+    fn broadcast(&mut self, kind: &str, object: &Value) {
+        self.watchers.retain(|w| {
+            !matches(object, w.label.as_deref(), w.field.as_deref())
+                || w.tx.send(Ok(Frame::data(event_line(kind, object)))).is_ok()
+        });
+    }
+}
+
+fn event_line(kind: &str, object: &Value) -> Bytes {
+    Bytes::from(format!("{}\n", json!({"type": kind, "object": object})))
+}
+
+fn gone_line() -> Bytes {
+    let status = json!({"kind": "Status", "status": "Failure", "code": 410, "reason": "Expired",
+        "message": "too old resource version"});
+    Bytes::from(format!("{}\n", json!({"type": "ERROR", "object": status})))
+}
+
+fn json_response(status: u16, v: &Value) -> hyper::Response<Body> {
+    let body = Full::new(Bytes::from(v.to_string())).boxed();
+    hyper::Response::builder().status(status).header("content-type", "application/json").body(body).unwrap()
+}
+
+fn matches(object: &Value, label: Option<&str>, field: Option<&str>) -> bool {
+    let label_ok = label.is_none_or(|sel| {
+        sel.split(',').all(|kv| {
+            let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+            object["metadata"]["labels"][k].as_str() == Some(v)
+        })
+    });
+    let field_ok = field.is_none_or(|sel| match sel.strip_prefix("metadata.name=") {
+        Some(name) => object["metadata"]["name"].as_str() == Some(name),
+        None => panic!("mock kube: unsupported fieldSelector {sel}"),
+    });
+    label_ok && field_ok
+}
+
+fn parse_query(q: &str) -> HashMap<String, String> {
+    q.split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (k.to_string(), percent_decode(v))
+        })
+        .collect()
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && i + 2 < bytes.len()
+            && let Ok(b) = u8::from_str_radix(&s[i + 1..i + 3], 16)
+        {
+            out.push(b);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// An InferencePool (v1) object.
+pub fn pool(name: &str, selector: Value, ports: &[u16]) -> Value {
+    let ports: Vec<Value> = ports.iter().map(|p| json!({"number": p})).collect();
+    json!({"apiVersion": "inference.networking.k8s.io/v1", "kind": "InferencePool",
+           "metadata": {"name": name, "namespace": "ns"},
+           "spec": {"selector": {"matchLabels": selector}, "targetPorts": ports,
+                    "endpointPickerRef": {"name": "epp", "port": {"number": 9002}}}})
+}
+
+/// A pod object with `labels`, `ip` and a Ready condition.
+pub fn pod(name: &str, labels: Value, ip: Option<&str>, ready: bool) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "ns", "labels": labels},
+           "status": {"podIP": ip, "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]}})
+}
