@@ -99,7 +99,7 @@ impl Default for IndexConfig {
         IndexConfig {
             key_mode: KeyMode::Request { keyer: RequestKeyer::default(), block_size: 16 },
             capacity: 16 << 20,
-            shards: 64,
+            shards: 16,
             tier_weights: TierWeights::default(),
             engine_map_capacity: 4 << 20,
         }
