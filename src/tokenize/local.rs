@@ -35,6 +35,9 @@ use super::cache::{Cut, Entry, PrefixCache};
 use super::encoder::Encoder;
 use super::pretok::direct::AddedAt;
 use super::template::{ChatTemplates, SpecialTokens, TemplateError};
+
+/// Token ids of a continued encoding and its safe cut points.
+type Continued = (Arc<[u32]>, Vec<Cut>);
 use crate::request::openai::ChatPrompt;
 
 /// Special-token names transformers passes to chat templates.
@@ -294,7 +297,7 @@ impl LocalModel {
         cached: &[u32],
         cached_cuts: &[Cut],
         cut: Cut,
-    ) -> Result<Option<(Arc<[u32]>, Vec<Cut>)>, EncodeError> {
+    ) -> Result<Option<Continued>, EncodeError> {
         let (Some(anchor), Some(suffix)) = (self.anchors.get(&cut.anchor), text.get(cut.byte_end..)) else {
             return Ok(None);
         };

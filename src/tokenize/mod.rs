@@ -67,8 +67,8 @@ pub enum Backend {
         /// The pool.
         pool: BlockingPool,
     },
-    /// vLLM render endpoints.
-    Vllm(RenderClient),
+    /// vLLM render endpoints (boxed: the client is much larger than the local variant).
+    Vllm(Box<RenderClient>),
 }
 
 /// What one tokenize step produced.

@@ -276,7 +276,7 @@ async fn fake_render_server(hang: bool) -> SocketAddr {
 fn vllm_tokenizer(addr: SocketAddr, model: &str, timeout: Duration) -> Tokenizer {
     let client = RenderClient::new(&format!("http://{addr}"), model, timeout);
     Tokenizer::new(
-        Backend::Vllm(client),
+        Backend::Vllm(Box::new(client)),
         Deadlines { text: timeout, multimodal: timeout * 2 },
         TokenizeMetrics::default(),
     )

@@ -106,8 +106,11 @@ impl FakeVllm {
     }
 }
 
+/// `(name, address, labels)` of one endpoint.
+pub type EndpointSpec<'a> = (&'a str, SocketAddr, &'a [(&'a str, &'a str)]);
+
 /// YAML for an endpoints file.
-pub fn endpoints_yaml(eps: &[(&str, SocketAddr, &[(&str, &str)])]) -> String {
+pub fn endpoints_yaml(eps: &[EndpointSpec<'_>]) -> String {
     let mut s = String::from("endpoints:\n");
     for (name, addr, labels) in eps {
         s.push_str(&format!("  - name: {name}\n    address: \"{}\"\n    port: {}\n", addr.ip(), addr.port()));

@@ -78,7 +78,7 @@ pub fn build(spec: &PluginSpec, _: &BuildContext) -> Result<PluginInstance, Buil
     if capacity <= 0 {
         return Err(BuildError::new(at(key), "must be > 0"));
     }
-    if !(p.headroom >= 0.0) {
+    if p.headroom.is_nan() || p.headroom < 0.0 {
         return Err(BuildError::new(at("headroom"), "must be >= 0"));
     }
     let d = Arc::new(ConcurrencyDetector {

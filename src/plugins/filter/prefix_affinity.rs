@@ -98,7 +98,7 @@ pub fn build(spec: &PluginSpec, _: &BuildContext) -> Result<PluginInstance, Buil
     if !(0.0..=1.0).contains(&p.exploration_probability) {
         return Err(BuildError::new(at("explorationProbability"), "must be within [0, 1]"));
     }
-    if !(p.max_ttft_penalty_ms >= 0.0) {
+    if p.max_ttft_penalty_ms.is_nan() || p.max_ttft_penalty_ms < 0.0 {
         return Err(BuildError::new(at("maxTTFTPenaltyMs"), "must be >= 0"));
     }
     let source = match p.ttft_source.as_str() {
@@ -111,7 +111,10 @@ pub fn build(spec: &PluginSpec, _: &BuildContext) -> Result<PluginInstance, Buil
             ));
         }
     };
-    if source == TtftSource::PrefillThroughput && p.max_ttft_penalty_ms > 0.0 && !(p.peak_prefill_throughput > 0.0) {
+    if source == TtftSource::PrefillThroughput
+        && p.max_ttft_penalty_ms > 0.0
+        && (p.peak_prefill_throughput.is_nan() || p.peak_prefill_throughput <= 0.0)
+    {
         return Err(BuildError::new(at("peakPrefillThroughput"), "must be > 0 when maxTTFTPenaltyMs > 0"));
     }
     let f = Arc::new(PrefixAffinityFilter {

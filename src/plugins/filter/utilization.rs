@@ -68,7 +68,7 @@ pub fn build(spec: &PluginSpec, _: &BuildContext) -> Result<PluginInstance, Buil
     if p.metrics_staleness_threshold.is_zero() {
         return Err(BuildError::new(at("metricsStalenessThreshold"), "must be > 0"));
     }
-    if !(p.headroom >= 0.0) {
+    if p.headroom.is_nan() || p.headroom < 0.0 {
         return Err(BuildError::new(at("headroom"), "must be >= 0"));
     }
     let detector = UtilizationDetector {

@@ -164,7 +164,7 @@ fn build_vllm(
     }
     let client = RenderClient::new(&v.url, &p.model_name, v.timeout);
     Ok(Tokenizer::new(
-        Backend::Vllm(client),
+        Backend::Vllm(Box::new(client)),
         Deadlines { text: v.timeout, multimodal: v.mm_timeout },
         cx.metrics.tokenize.clone(),
     ))

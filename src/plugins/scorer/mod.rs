@@ -27,7 +27,7 @@ pub fn producer_name(name: String) -> Option<PluginName> {
 /// every candidate when all values are equal.
 pub fn min_max_inverse(values: &[f64]) -> Vec<f64> {
     let (min, max) = values.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| (lo.min(*v), hi.max(*v)));
-    if !(max > min) {
+    if max.is_nan() || min.is_nan() || max <= min {
         return vec![1.0; values.len()];
     }
     values.iter().map(|v| (max - v) / (max - min)).collect()
