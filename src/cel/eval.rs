@@ -145,32 +145,39 @@ fn op_name(op: BinOp) -> &'static str {
     }
 }
 
-fn int_arith(op: BinOp, x: i64, y: i64) -> Result<i64, EvalError> {
-    if matches!(op, BinOp::Div | BinOp::Rem) && y == 0 {
+/// `checked_{add, sub, mul, div, rem}` of one integer type.
+type CheckedOps<T> = [fn(T, T) -> Option<T>; 5];
+
+/// Checked integer arithmetic: division by zero and overflow are errors.
+fn checked_arith<T: Copy + Default + PartialEq>(
+    op: BinOp,
+    x: T,
+    y: T,
+    ops: CheckedOps<T>,
+    kind: &'static str,
+) -> Result<T, EvalError> {
+    if matches!(op, BinOp::Div | BinOp::Rem) && y == T::default() {
         return Err(EvalError::DivisionByZero);
     }
-    let r = match op {
-        BinOp::Add => x.checked_add(y),
-        BinOp::Sub => x.checked_sub(y),
-        BinOp::Mul => x.checked_mul(y),
-        BinOp::Div => x.checked_div(y),
-        _ => x.checked_rem(y),
+    let [add, sub, mul, div, rem] = ops;
+    let f = match op {
+        BinOp::Add => add,
+        BinOp::Sub => sub,
+        BinOp::Mul => mul,
+        BinOp::Div => div,
+        _ => rem,
     };
-    r.ok_or(EvalError::Overflow("int"))
+    f(x, y).ok_or(EvalError::Overflow(kind))
+}
+
+fn int_arith(op: BinOp, x: i64, y: i64) -> Result<i64, EvalError> {
+    let ops = [i64::checked_add, i64::checked_sub, i64::checked_mul, i64::checked_div, i64::checked_rem];
+    checked_arith(op, x, y, ops, "int")
 }
 
 fn uint_arith(op: BinOp, x: u64, y: u64) -> Result<u64, EvalError> {
-    if matches!(op, BinOp::Div | BinOp::Rem) && y == 0 {
-        return Err(EvalError::DivisionByZero);
-    }
-    let r = match op {
-        BinOp::Add => x.checked_add(y),
-        BinOp::Sub => x.checked_sub(y),
-        BinOp::Mul => x.checked_mul(y),
-        BinOp::Div => x.checked_div(y),
-        _ => x.checked_rem(y),
-    };
-    r.ok_or(EvalError::Overflow("uint"))
+    let ops = [u64::checked_add, u64::checked_sub, u64::checked_mul, u64::checked_div, u64::checked_rem];
+    checked_arith(op, x, y, ops, "uint")
 }
 
 /// Numeric comparison across int, uint and double (exact for large integers).

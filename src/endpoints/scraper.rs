@@ -9,16 +9,12 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Empty, Limited};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use prometheus::IntCounterVec;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info_span, warn};
 
-use super::model::{EndpointId, MetricsState};
+use super::model::MetricsState;
+use super::poll::{self, FetchError, PollClient};
 use super::store::{EndpointEntry, EndpointStore};
 use super::vllm_metrics::{EngineMapping, extract};
 
@@ -68,27 +64,13 @@ impl ScrapeMetrics {
 /// Why one poll failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ScrapeError {
-    /// Connection or protocol failure.
-    #[error("request failed: {0}")]
-    Request(#[source] hyper_util::client::legacy::Error),
-    /// No answer within the timeout.
-    #[error("timed out after {0:?}")]
-    Timeout(Duration),
-    /// Non-200 status.
-    #[error("HTTP status {0}")]
-    Status(u16),
-    /// Body read failure or too large.
-    #[error("body read failed: {0}")]
-    Body(String),
+    /// The GET failed.
+    #[error(transparent)]
+    Fetch(#[from] FetchError),
     /// The exposition had none of the expected families.
     #[error("no known metric family in the exposition (missing: {0})")]
     NoMetrics(String),
-    /// Bad URI.
-    #[error("invalid metrics URL {0}")]
-    Uri(String),
 }
-
-type HttpClient = Client<HttpConnector, Empty<Bytes>>;
 
 /// Runs the scrapers until `cancel`: follows the store, starting a task per new endpoint and
 /// stopping the task of each removed one.
@@ -98,49 +80,20 @@ pub async fn run_scrapers(
     metrics: ScrapeMetrics,
     cancel: CancellationToken,
 ) {
-    let mut connector = HttpConnector::new();
-    connector.set_nodelay(true);
-    connector.set_connect_timeout(Some(config.timeout));
-    let client: HttpClient = Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(Duration::from_secs(90))
-        .pool_max_idle_per_host(2)
-        .build(connector);
-    let mut changes = store.subscribe();
-    let mut tasks: HashMap<EndpointId, (Arc<EndpointEntry>, CancellationToken)> = HashMap::new();
-    loop {
-        let set = store.snapshot();
-        tasks.retain(|id, (entry, token)| {
-            let keep = set.get(id).is_some_and(|cur| Arc::ptr_eq(cur, entry));
-            if !keep {
-                token.cancel();
-            }
-            keep
-        });
-        for entry in &set.entries {
-            if tasks.contains_key(&entry.endpoint.id) {
-                continue;
-            }
-            let token = cancel.child_token();
-            let span = info_span!("scraper", endpoint = %entry.endpoint.id);
-            let poller = Poller {
-                client: client.clone(),
-                config: config.clone(),
-                metrics: metrics.clone(),
-                store: store.clone(),
-            };
-            tokio::spawn(poller.run(entry.clone(), token.clone()).instrument(span));
-            tasks.insert(entry.endpoint.id.clone(), (entry.clone(), token));
-        }
-        tokio::select! {
-            _ = cancel.cancelled() => return,
-            changed = changes.changed() => if changed.is_err() { return },
-        }
-    }
+    let client = poll::client(config.timeout, 2);
+    let supervisor_store = store.clone();
+    poll::per_endpoint(supervisor_store, cancel, move |entry, token| {
+        let span = info_span!("scraper", endpoint = %entry.endpoint.id);
+        let poller =
+            Poller { client: client.clone(), config: config.clone(), metrics: metrics.clone(), store: store.clone() };
+        poller.run(entry, token).instrument(span)
+    })
+    .await
 }
 
 struct Poller {
     store: EndpointStore,
-    client: HttpClient,
+    client: PollClient,
     config: Arc<ScrapeConfig>,
     metrics: ScrapeMetrics,
 }
@@ -186,25 +139,7 @@ impl Poller {
     }
 
     async fn poll(&self, url: &str, mapping: &EngineMapping) -> Result<MetricsState, ScrapeError> {
-        let uri: hyper::Uri = url.parse().map_err(|_| ScrapeError::Uri(url.to_string()))?;
-        let request = hyper::Request::get(uri)
-            .header(hyper::header::ACCEPT, "text/plain")
-            .body(Empty::new())
-            .map_err(|_| ScrapeError::Uri(url.to_string()))?;
-        let fetch = async {
-            let response = self.client.request(request).await.map_err(ScrapeError::Request)?;
-            if response.status() != hyper::StatusCode::OK {
-                return Err(ScrapeError::Status(response.status().as_u16()));
-            }
-            let body = Limited::new(response.into_body(), MAX_BODY_BYTES)
-                .collect()
-                .await
-                .map_err(|e| ScrapeError::Body(e.to_string()))?;
-            Ok(body.to_bytes())
-        };
-        let body = tokio::time::timeout(self.config.timeout, fetch)
-            .await
-            .map_err(|_| ScrapeError::Timeout(self.config.timeout))??;
+        let body = poll::get(&self.client, url, "text/plain", self.config.timeout, MAX_BODY_BYTES).await?;
         let text = String::from_utf8_lossy(&body);
         let extracted = extract(&text, mapping);
         if !extracted.extracted_any {

@@ -9,22 +9,17 @@
 //!
 //! Consumers: `served-model-filter` reads `Candidate::models`.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Empty, Limited};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use prometheus::IntCounterVec;
 use serde::Deserialize;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info_span, warn};
 
-use super::model::{EndpointId, ServedModel, ServedModels};
+use super::model::{ServedModel, ServedModels};
+use super::poll::{self, FetchError, PollClient};
 use super::store::{EndpointEntry, EndpointStore};
 
 /// Largest `/v1/models` answer accepted (a few KB normally; many adapters stay far below).
@@ -46,24 +41,12 @@ pub struct ModelsConfig {
 /// Why one poll failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ModelsError {
-    /// Connection or protocol failure.
-    #[error("request failed: {0}")]
-    Request(#[source] hyper_util::client::legacy::Error),
-    /// No answer within the timeout.
-    #[error("timed out after {0:?}")]
-    Timeout(Duration),
-    /// Non-200 status.
-    #[error("HTTP status {0}")]
-    Status(u16),
-    /// Body read failure or too large.
-    #[error("body read failed: {0}")]
-    Body(String),
+    /// The GET failed.
+    #[error(transparent)]
+    Fetch(#[from] FetchError),
     /// Not an OpenAI model list.
     #[error("not an OpenAI model list: {0}")]
     Parse(#[source] serde_json::Error),
-    /// Bad URI.
-    #[error("invalid models URL {0}")]
-    Uri(String),
 }
 
 #[derive(Deserialize)]
@@ -91,8 +74,6 @@ pub fn parse_models(body: &[u8]) -> Result<Vec<ServedModel>, serde_json::Error> 
         .collect())
 }
 
-type HttpClient = Client<HttpConnector, Empty<Bytes>>;
-
 /// Runs the pollers until `cancel`, starting a task per new endpoint and stopping the task of
 /// each removed (or replaced) one.
 pub async fn run_models_pollers(
@@ -101,42 +82,20 @@ pub async fn run_models_pollers(
     poll_errors: IntCounterVec,
     cancel: CancellationToken,
 ) {
-    let mut connector = HttpConnector::new();
-    connector.set_nodelay(true);
-    connector.set_connect_timeout(Some(config.timeout));
-    let client: HttpClient = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(1).build(connector);
+    let client = poll::client(config.timeout, 1);
     let errors = poll_errors.with_label_values(&[SOURCE_TYPE]);
-    let mut changes = store.subscribe();
-    let mut tasks: HashMap<EndpointId, (Arc<EndpointEntry>, CancellationToken)> = HashMap::new();
-    loop {
-        let set = store.snapshot();
-        tasks.retain(|id, (entry, token)| {
-            let keep = set.get(id).is_some_and(|cur| Arc::ptr_eq(cur, entry));
-            if !keep {
-                token.cancel();
-            }
-            keep
-        });
-        for entry in &set.entries {
-            if tasks.contains_key(&entry.endpoint.id) {
-                continue;
-            }
-            let token = cancel.child_token();
-            let poller =
-                Poller { client: client.clone(), config: config.clone(), errors: errors.clone(), store: store.clone() };
-            let span = info_span!("models_poller", endpoint = %entry.endpoint.id);
-            tokio::spawn(poller.run(entry.clone(), token.clone()).instrument(span));
-            tasks.insert(entry.endpoint.id.clone(), (entry.clone(), token));
-        }
-        tokio::select! {
-            _ = cancel.cancelled() => return,
-            changed = changes.changed() => if changed.is_err() { return },
-        }
-    }
+    let supervisor_store = store.clone();
+    poll::per_endpoint(supervisor_store, cancel, move |entry, token| {
+        let span = info_span!("models_poller", endpoint = %entry.endpoint.id);
+        let poller =
+            Poller { client: client.clone(), config: config.clone(), errors: errors.clone(), store: store.clone() };
+        poller.run(entry, token).instrument(span)
+    })
+    .await
 }
 
 struct Poller {
-    client: HttpClient,
+    client: PollClient,
     config: Arc<ModelsConfig>,
     errors: prometheus::IntCounter,
     store: EndpointStore,
@@ -170,25 +129,7 @@ impl Poller {
     }
 
     async fn poll(&self, url: &str) -> Result<Vec<ServedModel>, ModelsError> {
-        let uri: hyper::Uri = url.parse().map_err(|_| ModelsError::Uri(url.to_string()))?;
-        let request = hyper::Request::get(uri)
-            .header(hyper::header::ACCEPT, "application/json")
-            .body(Empty::new())
-            .map_err(|_| ModelsError::Uri(url.to_string()))?;
-        let fetch = async {
-            let response = self.client.request(request).await.map_err(ModelsError::Request)?;
-            if response.status() != hyper::StatusCode::OK {
-                return Err(ModelsError::Status(response.status().as_u16()));
-            }
-            let body = Limited::new(response.into_body(), MAX_BODY_BYTES)
-                .collect()
-                .await
-                .map_err(|e| ModelsError::Body(e.to_string()))?;
-            Ok(body.to_bytes())
-        };
-        let body = tokio::time::timeout(self.config.timeout, fetch)
-            .await
-            .map_err(|_| ModelsError::Timeout(self.config.timeout))??;
+        let body = poll::get(&self.client, url, "application/json", self.config.timeout, MAX_BODY_BYTES).await?;
         parse_models(&body).map_err(ModelsError::Parse)
     }
 }
