@@ -1,5 +1,6 @@
 //! Request parsers end to end: a real gRPC ext_proc stream to a real epp configured with
-//! `vllmgrpc-parser`, `sglanghttp-parser` or `vertexai-parser`. Token-id prompts reach the
+//! `vllmgrpc-parser`, `sglanghttp-parser`, `vertexai-parser`, `anthropic-parser` or
+//! `vllmhttp-parser`. Prompts (token ids, or chat converted from Anthropic Messages) reach the
 //! scheduler (requests sharing a long token prefix follow the first pick, and the prefix
 //! producer records hits); malformed gRPC bodies are answered with a gRPC status.
 
@@ -264,4 +265,134 @@ async fn vllmgrpc_text_prompt_is_rendered_from_synthesized_json() {
     assert_eq!(json["model"], "m");
     let (_, count) = prefix_hit_ratio(&epp).await;
     assert_eq!(count, 1, "the rendered tokens reached the prefix producer");
+}
+
+/// An Anthropic Messages body with a shared system prompt and its own question.
+fn anthropic_body(system: &str, question: &str, stream: bool) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({
+        "model": "claude-local",
+        "max_tokens": 64,
+        "stream": stream,
+        "system": [{"type": "text", "text": system}],
+        "messages": [{"role": "user", "content": [{"type": "text", "text": question}]}],
+    }))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn anthropic_messages_with_a_shared_system_prompt_follow_the_prefix() {
+    let (_pods, epp) = three_idle_pods(55, "anthropic-parser", false).await;
+    let system = "You are a meticulous assistant for a shipping company. ".repeat(120);
+    let bodies: Vec<_> =
+        ["first", "second", "third", "fourth"].iter().map(|q| anthropic_body(&system, q, false)).collect();
+    let routed = route_all(&epp, "/v1/messages", &[], &bodies).await;
+    assert_prefix_followed(&routed);
+    for ((_, echoed), body) in routed.iter().zip(&bodies) {
+        assert_eq!(echoed, body, "the Anthropic body is forwarded as sent");
+    }
+    let (sum, count) = prefix_hit_ratio(&epp).await;
+    assert_eq!(count, 4, "every request reached the prefix producer with prompt data");
+    assert!(sum > 2.5, "the last three requests hit the cached system prompt: sum {sum}");
+
+    // count_tokens is routed but records no prefix (it does no inference).
+    let count_body = br#"{"model":"claude-local","messages":[{"role":"user","content":"how long?"}]}"#.to_vec();
+    let routed = route_all(&epp, "/v1/messages/count_tokens", &[], &[count_body]).await;
+    assert_eq!(routed.len(), 1);
+    assert_eq!(prefix_hit_ratio(&epp).await.1, 4, "count_tokens did not feed the prefix index");
+
+    // Validation failures are 400s with the parser's message.
+    let mut client = epp.client().await;
+    let mut ex = Exchange::open(&mut client).await;
+    ex.send(request_headers("/v1/messages", &[], false, Some((FULL_DUPLEX, FULL_DUPLEX)))).await;
+    ex.send(request_body(br#"{"model":"claude-local","messages":[]}"#, true)).await;
+    let (status, text) = immediate(&ex.next().await).expect("immediate");
+    assert_eq!(status, 400);
+    assert!(text.contains("must have at least one message"), "{text}");
+}
+
+#[tokio::test]
+async fn anthropic_streaming_usage_is_counted() {
+    let pod = FakeVllm::start([127, 0, 0, 61], 0, 0, 0.1).await;
+    let epp =
+        TestEpp::start(&endpoints_yaml(&[("a", pod.addr, &[])]), Some(&config("anthropic-parser", true)), |_| {}).await;
+    epp.wait_waiting(&[("a", 0)]).await;
+    let mut client = epp.client().await;
+    let mut ex = Exchange::open(&mut client).await;
+    ex.send(request_headers("/v1/messages", &[], false, Some((FULL_DUPLEX, FULL_DUPLEX)))).await;
+    ex.send(request_body(&anthropic_body("Be brief.", "hi", true), true)).await;
+    ex.take(2).await;
+    ex.send(response_headers("200", "text/event-stream")).await;
+    ex.next().await;
+    let start = b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m1\",\"usage\":{\"input_tokens\":25,\"output_tokens\":1,\"cache_read_input_tokens\":5}}}\n\n";
+    let delta = b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n\
+event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":15}}\n\n\
+event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+    ex.send(response_body(start, false)).await;
+    assert_eq!(streamed(&ex.next().await), Some((start.to_vec(), false)));
+    ex.send(response_body(delta, true)).await;
+    assert_eq!(streamed(&ex.next().await), Some((delta.to_vec(), true)));
+    drop(ex);
+    let text = scrape(epp.app.metrics_addr).await;
+    let labels = "{model_name=\"claude-local\",target_model_name=\"claude-local\"}";
+    for (metric, value) in [
+        ("inference_objective_input_tokens_sum", 30),
+        ("inference_objective_output_tokens_sum", 15),
+        ("inference_objective_prompt_cached_tokens_sum", 5),
+    ] {
+        let line = format!("{metric}{labels} {value}");
+        assert!(text.contains(&line), "missing {line} in\n{text}");
+    }
+}
+
+#[tokio::test]
+async fn anthropic_messages_are_rendered_as_chat_for_the_vllm_tokenizer() {
+    let pod = FakeVllm::start([127, 0, 0, 62], 0, 0, 0.1).await;
+    let (render, mut seen) = render_server((0..300).collect()).await;
+    let cfg = format!(
+        "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n\
+         - type: token-producer\n  parameters: {{modelName: m, vllm: {{url: \"http://{render}\", timeout: 5s}}}}\n\
+         - type: queue-scorer\n- type: prefix-cache-scorer\n- {{name: claude, type: anthropic-parser}}\n\
+         schedulingProfiles:\n- name: default\n  plugins:\n  - pluginRef: queue-scorer\n  - pluginRef: prefix-cache-scorer\n\
+         requestHandler: {{parsers: [{{pluginRef: claude}}]}}\n"
+    );
+    let epp = TestEpp::start(&endpoints_yaml(&[("a", pod.addr, &[])]), Some(&cfg), |_| {}).await;
+    epp.wait_waiting(&[("a", 0)]).await;
+    let body = anthropic_body("Answer in French.", "Bonjour?", false);
+    let routed = route_all(&epp, "/v1/messages", &[], std::slice::from_ref(&body)).await;
+    assert_eq!(routed[0], (pod.addr.to_string(), body), "routed, Anthropic body forwarded as sent");
+    let (path, json) = tokio::time::timeout(WAIT, seen.recv()).await.expect("render called").expect("one call");
+    assert_eq!(path, "/v1/chat/completions/render");
+    let json: serde_json::Value = serde_json::from_slice(&json).expect("chat JSON");
+    assert_eq!(
+        json["messages"],
+        serde_json::json!([{"role": "system", "content": "Answer in French."}, {"role": "user", "content": "Bonjour?"}])
+    );
+    assert_eq!(json["model"], "m");
+    assert_eq!(prefix_hit_ratio(&epp).await.1, 1, "the rendered tokens reached the prefix producer");
+}
+
+#[tokio::test]
+async fn vllmhttp_generate_token_ids_drive_prefix_routing() {
+    let (_pods, epp) = three_idle_pods(58, "vllmhttp-parser", false).await;
+    let bodies: Vec<_> = shared_prefix_prompts()
+        .into_iter()
+        .map(|ids| {
+            serde_json::to_vec(&serde_json::json!({
+                "token_ids": ids, "sampling_params": {"max_tokens": 8}, "stream": false, "model": "m",
+            }))
+            .unwrap()
+        })
+        .collect();
+    let routed = route_all(&epp, "/inference/v1/generate", &[], &bodies).await;
+    assert_prefix_followed(&routed);
+    let (sum, count) = prefix_hit_ratio(&epp).await;
+    assert_eq!(count, 4);
+    assert!(sum > 2.5, "sum {sum}");
+    let mut client = epp.client().await;
+    let mut ex = Exchange::open(&mut client).await;
+    ex.send(request_headers("/inference/v1/generate", &[], false, Some((FULL_DUPLEX, FULL_DUPLEX)))).await;
+    ex.send(request_body(br#"{"token_ids":[]}"#, true)).await;
+    let (status, text) = immediate(&ex.next().await).expect("immediate");
+    assert_eq!(status, 400);
+    assert!(text.contains("non-empty token_ids"), "{text}");
 }

@@ -12,7 +12,8 @@
 //!   (a multi-part content contributes the concatenated `text` of its parts);
 //! * responses: `tools` JSON, then `instructions`, then the input text or, per item, role
 //!   then content;
-//! * conversations: per item, role then content.
+//! * conversations: per item, role then content;
+//! * no prompt (Anthropic `count_tokens`): no ids.
 //!
 //! Does not: count real tokens or apply chat templates.
 
@@ -50,6 +51,7 @@ pub fn estimate_tokens(prompt: &Prompt) -> Vec<u32> {
             }
         }
         Prompt::Conversations(items) => push_messages(&mut packer, items),
+        Prompt::None => {}
     }
     packer.finish()
 }
@@ -90,7 +92,7 @@ fn byte_len_hint(prompt: &Prompt) -> usize {
             ResponsesInput::Text(t) => t.len(),
             ResponsesInput::Items(items) => messages_len(items),
         },
-        Prompt::TokenIds(_) | Prompt::Embeddings(EmbeddingsInput::TokenIds(_)) => 0,
+        Prompt::TokenIds(_) | Prompt::Embeddings(EmbeddingsInput::TokenIds(_)) | Prompt::None => 0,
     }
 }
 

@@ -114,6 +114,10 @@ pub enum Prompt {
     Conversations(Vec<ChatMessage>),
     /// Embeddings `input` (never empty).
     Embeddings(EmbeddingsInput),
+    /// No prompt data: only the envelope (model, stream) was read. Anthropic
+    /// `messages/count_tokens` requests do no inference, so they must not feed prefix
+    /// indexes or tokenizers.
+    None,
 }
 
 /// A chat completions prompt.

@@ -4,7 +4,11 @@
 //! ([`SseUsageScanner`]). Output: [`Usage`] for metrics and usage reporting. Both the
 //! Chat/Completions shape (`prompt_tokens`, `completion_tokens`,
 //! `prompt_tokens_details.cached_tokens`) and the Responses shape (`input_tokens`,
-//! `output_tokens`, `input_tokens_details.cached_tokens`) are understood.
+//! `output_tokens`, `input_tokens_details.cached_tokens`) are understood, and so is the
+//! Anthropic Messages shape: `input_tokens` + `cache_read_input_tokens` +
+//! `cache_creation_input_tokens` are the prompt tokens (the three are additive there, as
+//! llm-d counts them), `cache_read_input_tokens` the cached ones; a stream reports the input
+//! in `message_start` (`message.usage`) and the output in the final `message_delta`.
 //!
 //! Does not: buffer whole streams (the scanner keeps at most one partial line), or modify
 //! bodies other than the `"model"` value in [`restore_model_name`].
@@ -36,6 +40,10 @@ struct UsageRepr {
     prompt_tokens_details: Option<DetailsRepr>,
     #[serde(default)]
     input_tokens_details: Option<DetailsRepr>,
+    #[serde(default)]
+    cache_read_input_tokens: Option<u64>,
+    #[serde(default)]
+    cache_creation_input_tokens: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -59,22 +67,50 @@ struct EnvelopeRepr {
     kind: Option<String>,
     #[serde(default)]
     response: Option<ResponseRepr>,
+    /// Anthropic `message_start`: the message object, whose `usage` has the input counts.
+    #[serde(default)]
+    message: Option<ResponseRepr>,
 }
 
 impl UsageRepr {
+    /// Prompt tokens: OpenAI `prompt_tokens`, else the sum of the reported input fields.
+    fn prompt(&self) -> Option<u64> {
+        if self.prompt_tokens.is_some() {
+            return self.prompt_tokens;
+        }
+        let parts = [self.input_tokens, self.cache_read_input_tokens, self.cache_creation_input_tokens];
+        parts.iter().any(Option::is_some).then(|| parts.iter().flatten().fold(0u64, |a, b| a.saturating_add(*b)))
+    }
+
+    fn cached(&self) -> Option<u64> {
+        let details = self.prompt_tokens_details.as_ref().or(self.input_tokens_details.as_ref());
+        details.and_then(|d| d.cached_tokens).or(self.cache_read_input_tokens)
+    }
+
     fn into_usage(self) -> Option<Usage> {
-        let prompt = self.prompt_tokens.or(self.input_tokens);
+        let prompt = self.prompt();
         let completion = self.completion_tokens.or(self.output_tokens);
         if prompt.is_none() && completion.is_none() {
             return None;
         }
-        let details = self.prompt_tokens_details.or(self.input_tokens_details);
         Some(Usage {
             prompt_tokens: prompt.unwrap_or(0),
             completion_tokens: completion.unwrap_or(0),
-            cached_tokens: details.and_then(|d| d.cached_tokens),
+            cached_tokens: self.cached(),
         })
     }
+}
+
+/// What one SSE event says about usage.
+enum EventUsage {
+    /// Nothing.
+    None,
+    /// Anthropic `message_start`: the input counts; the output follows in `message_delta`.
+    Start(Usage),
+    /// The request's usage (an Anthropic `message_delta` is merged with the start first).
+    Final(Usage),
+    /// Anthropic `message_delta`: output tokens, and input counts when the server repeats them.
+    Delta(UsageRepr),
 }
 
 /// Usage from a complete JSON response: top-level `usage`, else `response.usage`.
@@ -87,21 +123,24 @@ pub fn usage_from_json(body: &[u8]) -> Option<Usage> {
     }
 }
 
-/// Usage from one SSE `data:` payload: a non-null top-level `usage`, or `response.usage`
-/// of a Responses API `response.completed` event.
-fn usage_from_event(payload: &[u8]) -> Option<Usage> {
+/// Usage from one SSE `data:` payload: a non-null top-level `usage`, `response.usage` of a
+/// Responses API `response.completed` event, or the Anthropic `message_start` /
+/// `message_delta` pair.
+fn usage_from_event(payload: &[u8]) -> EventUsage {
     // Most events carry no usage; skip them without parsing.
     if !contains(payload, b"\"usage\"") {
-        return None;
+        return EventUsage::None;
     }
-    let envelope: EnvelopeRepr = serde_json::from_slice(payload).ok()?;
-    if let Some(usage) = envelope.usage {
-        return usage.into_usage();
-    }
-    if envelope.kind.as_deref() == Some("response.completed") {
-        return envelope.response?.usage?.into_usage();
-    }
-    None
+    let Ok(envelope) = serde_json::from_slice::<EnvelopeRepr>(payload) else { return EventUsage::None };
+    let usage = match envelope.kind.as_deref() {
+        Some("message_start") => {
+            return envelope.message.and_then(|m| m.usage?.into_usage()).map_or(EventUsage::None, EventUsage::Start);
+        }
+        Some("message_delta") => return envelope.usage.map_or(EventUsage::None, EventUsage::Delta),
+        Some("response.completed") if envelope.usage.is_none() => envelope.response.and_then(|r| r.usage),
+        _ => envelope.usage,
+    };
+    usage.and_then(UsageRepr::into_usage).map_or(EventUsage::None, EventUsage::Final)
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
@@ -136,6 +175,8 @@ pub struct SseUsageScanner {
     /// Set while skipping the remainder of an over-long line.
     discarding: bool,
     usage: Option<Usage>,
+    /// Input counts of an Anthropic `message_start`, until its `message_delta` arrives.
+    started: Option<Usage>,
 }
 
 impl SseUsageScanner {
@@ -191,12 +232,25 @@ impl SseUsageScanner {
         if data == b"[DONE]" {
             return;
         }
-        self.usage = usage_from_event(data);
+        match usage_from_event(data) {
+            EventUsage::None => {}
+            EventUsage::Start(start) => self.started = Some(start),
+            EventUsage::Final(usage) => self.usage = Some(usage),
+            EventUsage::Delta(delta) => {
+                let start = self.started.unwrap_or_default();
+                self.usage = Some(Usage {
+                    prompt_tokens: delta.prompt().unwrap_or(start.prompt_tokens),
+                    completion_tokens: delta.completion_tokens.or(delta.output_tokens).unwrap_or(0),
+                    cached_tokens: delta.cached().or(start.cached_tokens),
+                });
+            }
+        }
     }
 
-    /// The usage of the first event that reported one, if any so far.
+    /// The usage of the first event that reported one, if any so far; for an Anthropic
+    /// stream cut before its `message_delta`, the input counts of `message_start`.
     pub fn usage(&self) -> Option<Usage> {
-        self.usage
+        self.usage.or(self.started)
     }
 }
 

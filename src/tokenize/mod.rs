@@ -130,6 +130,10 @@ impl Tokenizer {
     /// Like [`Tokenizer::tokenize`], with the multimodal items the backend reported (vLLM
     /// render `features`; the local backend reports none).
     pub async fn tokenize_full(&self, model: &str, body: &ParsedBody, raw: Bytes) -> Option<Tokenized> {
+        if matches!(body.prompt, Prompt::None) {
+            // Nothing to tokenize (Anthropic `count_tokens`); not a miss.
+            return None;
+        }
         let label = self.label();
         if let Prompt::TokenIds(seqs) | Prompt::Embeddings(EmbeddingsInput::TokenIds(seqs)) = &body.prompt {
             self.metrics.outcome(label, Outcome::Passthrough);

@@ -331,3 +331,29 @@ async fn vllm_backend_deadline_is_a_counted_miss() {
     assert!(t.tokenize("x", &body, raw).await.is_none());
     assert_eq!(t.metrics().count(BackendLabel::Vllm, Outcome::Timeout), 1);
 }
+
+/// An Anthropic Messages body renders through the chat template exactly like the OpenAI
+/// chat body vLLM converts it to (system first, tool call, tool result, tools).
+#[test]
+fn anthropic_messages_render_like_their_chat_conversion() {
+    use crate::request::parsers::{ParserKind, ParserSet};
+    let anthropic = br#"{"model":"fixture-model","max_tokens":32,
+        "system":[{"type":"text","text":"You help travellers."}],
+        "tools":[{"name":"get_weather","description":"Current weather.","input_schema":{"type":"object","properties":{"city":{"type":"string"}}}}],
+        "messages":[{"role":"user","content":"Weather in Paris?"},
+          {"role":"assistant","content":[{"type":"tool_use","id":"c1","name":"get_weather","input":{"city":"Paris"}}]},
+          {"role":"user","content":[{"type":"tool_result","tool_use_id":"c1","content":"Sunny"}]},
+          {"role":"user","content":[{"type":"text","text":"Thanks!"}]}]}"#;
+    let openai = br#"{"model":"fixture-model",
+        "tools":[{"type":"function","function":{"name":"get_weather","description":"Current weather.","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}],
+        "messages":[{"role":"system","content":"You help travellers."},{"role":"user","content":"Weather in Paris?"},
+          {"role":"assistant","tool_calls":[{"id":"c1","type":"function","function":{"name":"get_weather","arguments":"{\"city\": \"Paris\"}"}}]},
+          {"role":"tool","tool_call_id":"c1","content":"Sunny"},{"role":"user","content":"Thanks!"}]}"#;
+    let parsed =
+        ParserSet::new([ParserKind::Anthropic]).parse("/v1/messages", anthropic).expect("valid").expect("parsed");
+    let Prompt::Chat(converted) = parsed.body.prompt else { panic!("chat prompt") };
+    let (model, _) = load("llama3");
+    let want = model.render(&chat(openai)).expect("renders");
+    assert_eq!(model.render(&converted).expect("renders"), want);
+    assert!(want.contains("Sunny") && want.contains("You help travellers."));
+}

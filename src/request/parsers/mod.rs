@@ -10,10 +10,12 @@
 //! Input: the request path (`:path` with the usual fallbacks) and the complete body bytes.
 //! Does not: read other headers, decide the target model, or talk to the network.
 
+mod anthropic;
 mod grpc_frame;
 mod sglang;
 mod vertex;
 mod vllm_grpc;
+mod vllm_http;
 
 pub use grpc_frame::{FrameError, frame, single_message};
 
@@ -27,10 +29,9 @@ pub enum ParserKind {
     /// `passthrough-parser`: never parses; claims no path (the fallback).
     Passthrough,
     /// `vllmhttp-parser`: OpenAI paths with OpenAI rules, plus vLLM's `/inference/v1/generate`
-    /// (claimed, not parsed).
+    /// (token ids).
     VllmHttp,
-    /// `anthropic-parser`: claims the Anthropic Messages paths; bodies are not parsed in this
-    /// build (routed without prompt data).
+    /// `anthropic-parser`: the Anthropic Messages API (`messages`, `messages/count_tokens`).
     Anthropic,
     /// `vllmgrpc-parser`: vLLM gRPC `Generate` / `Embed`.
     VllmGrpc,
@@ -95,7 +96,7 @@ pub struct Parsed {
     /// forwarded unchanged.
     pub rewritable: bool,
     /// OpenAI-style JSON for a tokenizer that renders request bodies (vLLM `/render`), when
-    /// the wire body is not that JSON (gRPC, Vertex envelope, SGLang); `None` = the wire
+    /// the wire body is not that JSON (gRPC, Vertex envelope, SGLang, Anthropic); `None` = the wire
     /// body itself.
     pub tokenize_json: Option<Vec<u8>>,
 }
@@ -194,10 +195,13 @@ impl ParserSet {
         let Some(kind) = self.resolve(path) else { return Ok(None) };
         let path_only = path.split_once('?').map_or(path, |(p, _)| p);
         match kind {
-            ParserKind::Passthrough | ParserKind::Anthropic => Ok(None),
+            ParserKind::Passthrough => Ok(None),
+            ParserKind::Anthropic => anthropic::parse(path_only, body).map(Some),
             ParserKind::OpenAi => Ok(Some(Parsed::openai(parse_body(ApiKind::from_path(path), body)?))),
             ParserKind::VllmHttp => {
-                if OPENAI_PATHS.iter().any(|s| path_has_suffix(trim_path(path), s)) {
+                if vllm_http::is_generate(path_only) {
+                    vllm_http::parse(body).map(Some)
+                } else if OPENAI_PATHS.iter().any(|s| path_has_suffix(trim_path(path), s)) {
                     Ok(Some(Parsed::openai(parse_body(ApiKind::from_path(path), body)?)))
                 } else {
                     Ok(None)

@@ -65,10 +65,39 @@ fn openai_rules_apply_on_openai_paths_only() {
     assert!(error(&set, "/v1/chat/completions", br#"{"model":"m"}"#).contains("at least one message"));
     assert!(set.parse("/v1/models", b"not json").unwrap().is_none());
     assert!(only(ParserKind::Passthrough).parse("/v1/completions", b"not json").unwrap().is_none());
-    assert!(only(ParserKind::Anthropic).parse("/v1/messages", b"{}").unwrap().is_none());
     let vllm_http = only(ParserKind::VllmHttp);
     assert_eq!(parsed(&vllm_http, "/v1/completions", br#"{"model":"m","prompt":"hi"}"#).body.model, "m");
-    assert!(vllm_http.parse("/inference/v1/generate", b"{}").unwrap().is_none());
+    assert!(vllm_http.parse("/generate", b"{}").unwrap().is_none(), "SGLang's path is claimed, not parsed");
+}
+
+#[test]
+fn vllm_http_generate_reads_token_ids_and_sampling() {
+    let set = only(ParserKind::VllmHttp);
+    let body = br#"{"token_ids":[5,6.0,7],"sampling_params":{"max_tokens":12,"temperature":0},"stream":true,"cache_salt":"s","model":"m","request_id":"r"}"#;
+    let p = parsed(&set, "/inference/v1/generate?x=1", body);
+    assert_eq!(p.body.prompt, Prompt::TokenIds(vec![vec![5, 6, 7]]));
+    assert_eq!(p.body.api, ApiKind::Completions);
+    assert_eq!(p.body.max_output_tokens, Some(12));
+    assert!(p.body.stream);
+    assert_eq!(p.body.cache_salt.as_deref(), Some("s"));
+    assert_eq!(p.body.model, "m");
+    assert!(p.rewritable && p.tokenize_json.is_none());
+    let bare = parsed(&set, "/inference/v1/generate/", br#"{"token_ids":[1],"sampling_params":{"max_tokens":-1}}"#);
+    assert_eq!((bare.body.model.as_str(), bare.body.max_output_tokens, bare.rewritable), ("", None, false));
+    for (body, want) in [
+        (&br#"{}"#[..], "must have non-empty token_ids"),
+        (br#"{"token_ids":[]}"#, "must have non-empty token_ids"),
+        (br#"{"token_ids":[1,-2]}"#, "token_ids[1]: invalid value -2"),
+        (br#"{"token_ids":[1.5]}"#, "token_ids[0]: invalid value 1.5"),
+        (br#"{"token_ids":[4294967296]}"#, "token_ids[0]"),
+        (br#"{"token_ids":"abc"}"#, "token_ids must be an array"),
+        (br#"{"token_ids":[1],"cache_salt":3}"#, "cache_salt must be a string"),
+        (b"[1]", "must be a JSON object"),
+        (b"{", "invalid request body"),
+    ] {
+        let got = error(&set, "/inference/v1/generate", body);
+        assert!(got.contains(want), "{}: {got}", String::from_utf8_lossy(body));
+    }
 }
 
 #[test]
@@ -227,10 +256,86 @@ proptest! {
     }
 
     #[test]
+    fn json_parsers_never_panic_on_random_bodies(body in proptest::collection::vec(any::<u8>(), 0..128)) {
+        let set = ParserSet::new([ParserKind::Anthropic, ParserKind::VllmHttp]);
+        for path in ["/v1/messages", "/v1/messages/count_tokens", "/inference/v1/generate"] {
+            let _ = set.parse(path, &body);
+        }
+    }
+
+    #[test]
+    fn json_parsers_never_panic_on_random_json(value in arb_json()) {
+        let set = ParserSet::new([ParserKind::Anthropic, ParserKind::VllmHttp]);
+        let body = serde_json::to_vec(&value).unwrap();
+        for path in ["/v1/messages", "/v1/messages/count_tokens", "/inference/v1/generate"] {
+            let _ = set.parse(path, &body);
+        }
+    }
+
+    #[test]
     fn framed_random_messages_never_panic(message in proptest::collection::vec(any::<u8>(), 0..128)) {
         let set = ParserSet::new([ParserKind::VllmGrpc, ParserKind::VertexAi]);
         for path in [GENERATE, EMBED, VERTEX_CHAT] {
             let _ = set.parse(path, &frame(&message));
         }
     }
+}
+
+/// Random JSON objects built from the keys the JSON parsers read, so the shape checks are
+/// reached rather than only the syntax check.
+fn arb_json() -> impl Strategy<Value = serde_json::Value> {
+    use serde_json::Value;
+    let key = prop::sample::select(vec![
+        "model",
+        "system",
+        "messages",
+        "role",
+        "content",
+        "type",
+        "text",
+        "source",
+        "url",
+        "data",
+        "input",
+        "tool_use_id",
+        "tools",
+        "input_schema",
+        "token_ids",
+        "sampling_params",
+        "max_tokens",
+        "stream",
+        "cache_salt",
+        "chat_template_kwargs",
+    ]);
+    let word = prop::sample::select(vec![
+        "user",
+        "assistant",
+        "system",
+        "text",
+        "image",
+        "tool_use",
+        "tool_result",
+        "url",
+        "m",
+    ]);
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(Value::from),
+        any::<f64>().prop_map(Value::from),
+        word.prop_map(Value::from),
+        ".{0,8}".prop_map(Value::String),
+    ];
+    let value = leaf.prop_recursive(4, 48, 6, move |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+            prop::collection::vec((key.clone(), inner), 0..5)
+                .prop_map(|kv| Value::Object(kv.into_iter().map(|(k, v)| (k.to_string(), v)).collect())),
+        ]
+    });
+    prop::collection::vec(
+        (prop::sample::select(vec!["model", "system", "messages", "tools", "token_ids", "stream"]), value),
+        0..6,
+    )
+    .prop_map(|kv| serde_json::Value::Object(kv.into_iter().map(|(k, v)| (k.to_string(), v)).collect()))
 }

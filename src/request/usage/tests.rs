@@ -58,6 +58,48 @@ event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{
 }
 
 #[test]
+fn usage_from_anthropic_message() {
+    let body = br#"{"id":"msg_1","type":"message","role":"assistant","content":[{"type":"text","text":"hi"}],
+        "usage":{"input_tokens":10,"output_tokens":4,"cache_read_input_tokens":30,"cache_creation_input_tokens":2}}"#;
+    let u = usage_from_json(body).unwrap();
+    assert_eq!(u, Usage { prompt_tokens: 42, completion_tokens: 4, cached_tokens: Some(30) });
+    // vLLM's Anthropic answers carry no cache fields: input_tokens is the whole prompt.
+    let vllm = br#"{"type":"message","usage":{"input_tokens":12,"output_tokens":3}}"#;
+    assert_eq!(usage_from_json(vllm).unwrap(), Usage { prompt_tokens: 12, completion_tokens: 3, cached_tokens: None });
+    // count_tokens answers are not usage.
+    assert_eq!(usage_from_json(br#"{"input_tokens":99}"#), None);
+}
+
+#[test]
+fn sse_anthropic_message_start_then_delta() {
+    let stream = concat!(
+        "event: message_start\n",
+        "data: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"usage\":{\"input_tokens\":25,\"output_tokens\":1,\"cache_read_input_tokens\":5}}}\n\n",
+        "event: content_block_delta\n",
+        "data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"usage\"}}\n\n",
+        "event: message_delta\n",
+        "data: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":15}}\n\n",
+        "event: message_stop\n",
+        "data: {\"type\":\"message_stop\"}\n\n",
+    )
+    .as_bytes();
+    let expected = Some(Usage { prompt_tokens: 30, completion_tokens: 15, cached_tokens: Some(5) });
+    for split in 0..stream.len() {
+        let (a, b) = stream.split_at(split);
+        assert_eq!(scan(&[a, b]), expected, "split at {split}");
+    }
+    // vLLM repeats input_tokens in message_delta; those win.
+    let vllm =
+        b"data: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":0,\"output_tokens\":0}}}\n\n\
+data: {\"type\":\"message_delta\",\"delta\":{},\"usage\":{\"input_tokens\":8,\"output_tokens\":2}}\n\n";
+    assert_eq!(scan(&[vllm]), Some(Usage { prompt_tokens: 8, completion_tokens: 2, cached_tokens: None }));
+    // A stream cut before message_delta still reports the input.
+    let delta_at = stream.windows(20).position(|w| w == b"event: message_delta").unwrap();
+    let cut = &stream[..delta_at];
+    assert_eq!(scan(&[cut]).map(|u| (u.prompt_tokens, u.completion_tokens)), Some((30, 1)));
+}
+
+#[test]
 fn sse_without_usage_or_with_overlong_line() {
     assert_eq!(scan(&[b"data: {\"choices\":[]}\n\ndata: [DONE]\n\n"]), None);
     let mut s = SseUsageScanner::new();
