@@ -1,0 +1,83 @@
+//! Key-table tests: holders and overflow lists, capacity eviction, endpoint removal, key
+//! references.
+
+use super::*;
+
+#[test]
+fn add_remove_overflow_and_refs() {
+    let mut t = Table::new(1000, 7);
+    for ep in 0..5 {
+        assert!(t.add(42, ep, 0, AddMode::Counted));
+    }
+    assert!(!t.add(42, 1, 0, AddMode::Counted));
+    assert_eq!((t.keys(), t.entries()), (1, 5));
+    assert!(!t.remove(42, 1, 0, RemoveMode::Release));
+    assert!(t.remove(42, 1, 0, RemoveMode::Release));
+    for ep in [0, 2, 3] {
+        assert!(t.remove(42, ep, 0, RemoveMode::Force));
+    }
+    let mut seen = Vec::new();
+    assert!(t.for_each_holder(42, |h| seen.push(holder::endpoint(h))));
+    assert_eq!(seen, [4]);
+    assert!(t.remove(42, 4, 0, RemoveMode::Force));
+    assert!(!t.for_each_holder(42, |_| ()));
+    assert_eq!((t.keys(), t.entries()), (0, 0));
+    assert_eq!(t.slab.live(), 0);
+}
+
+#[test]
+fn capacity_evicts_and_endpoint_removal_compacts() {
+    let mut t = Table::new(100, 3);
+    for k in 0..1000u64 {
+        t.add(k.wrapping_mul(0x1234_5678_9abc_def1), (k % 3) as u16, 0, AddMode::Set);
+    }
+    assert_eq!(t.keys(), 100);
+    assert_eq!(t.evictions(), 900);
+    let before = t.entries();
+    let gone = t.remove_endpoint(1);
+    assert_eq!(t.entries(), before - gone);
+    let mut live = 0;
+    for k in 0..1000u64 {
+        t.for_each_holder(k.wrapping_mul(0x1234_5678_9abc_def1), |h| {
+            assert_ne!(holder::endpoint(h), 1);
+            live += 1;
+        });
+    }
+    assert_eq!(live, t.entries());
+}
+
+#[test]
+fn key_refs_resolve_per_holder_and_ambiguity_releases_all() {
+    // SPREAD^-1 mod 2^64 (Newton): k and k + inv have products one apart,
+    // hence (almost always) the same reference.
+    let mut inv = SPREAD;
+    for _ in 0..5 {
+        inv = inv.wrapping_mul(2u64.wrapping_sub(SPREAD.wrapping_mul(inv)));
+    }
+    assert_eq!(SPREAD.wrapping_mul(inv), 1);
+    let k1 = 0x1234_5678_9abc_def0u64;
+    let k2 = k1.wrapping_add(inv);
+    assert_eq!(key_ref(k1), key_ref(k2));
+    let mut t = Table::new(1000, 7);
+    for k in 1..500u64 {
+        t.add(k.wrapping_mul(0x1234_5678_9abc_def1), 3, 0, AddMode::Counted);
+    }
+    t.add(k1, 1, 0, AddMode::Counted);
+    t.add(k1, 1, 0, AddMode::Counted);
+    t.add(k2, 2, 0, AddMode::Counted);
+    assert_eq!(t.resolve_ref(key_ref(k1), 1, 0), RefMatch::One(k1));
+    assert_eq!(t.resolve_ref(key_ref(k1), 2, 0), RefMatch::One(k2));
+    assert_eq!(t.resolve_ref(key_ref(k1), 1, 1), RefMatch::None, "other tier");
+    t.add(k2, 1, 0, AddMode::Counted);
+    assert_eq!(t.resolve_ref(key_ref(k1), 1, 0), RefMatch::Ambiguous);
+    assert_eq!(t.release_ref(key_ref(k1), 1, 0), 2);
+    let mut k2_holders = Vec::new();
+    t.for_each_holder(k2, |h| k2_holders.push(holder::endpoint(h)));
+    assert_eq!(k2_holders, [2], "the ambiguous release dropped ep 1 from both keys");
+    assert_eq!(t.resolve_ref(key_ref(k1), 1, 0), RefMatch::One(k1), "k1 had two references");
+    assert_eq!(t.release_ref(key_ref(k1), 1, 0), 1);
+    assert_eq!(t.resolve_ref(key_ref(k1), 1, 0), RefMatch::None);
+    assert_eq!(t.resolve_ref(key_ref(0), 1, 0), RefMatch::None);
+    t.add(0, 1, 0, AddMode::Counted);
+    assert_eq!(t.resolve_ref(key_ref(0), 1, 0), RefMatch::One(0), "key 0 lives in the side slot");
+}
