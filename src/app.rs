@@ -169,7 +169,8 @@ impl App {
         let flow_control = match loaded.flow_control.take() {
             Some(fc) => {
                 info!(ceiling = fc.ceiling, "Flow Control enabled");
-                let metrics = FlowControlMetrics::register(&registry)?;
+                let pool = settings.kubernetes.as_ref().and_then(|k| k.pool.as_ref()).map_or("", |p| p.name.as_str());
+                let metrics = FlowControlMetrics::register(&registry, pool)?;
                 let detector = loaded.scheduler.saturation.clone();
                 Some(Arc::new(FlowController::new(fc, store.clone(), detector, metrics)))
             }

@@ -1,8 +1,8 @@
 //! Flow Control metrics under the GIE names (`inference_extension_flow_control_*`) and
 //! their llm-d twins (`llm_d_epp_flow_control_*`), plus llm-d's
-//! `llm_d_epp_flow_control_requests_total`. `inference_pool` is empty: this build serves
-//! a static endpoint list, not a named InferencePool. Fairness ids are client-controlled,
-//! so they are capped like model names.
+//! `llm_d_epp_flow_control_requests_total`. `inference_pool` is the `--pool-name` pool, empty
+//! when endpoints come from a file. Fairness ids are client-controlled, so they are capped
+//! like model names.
 
 use prometheus::{IntCounterVec, Opts, Registry};
 
@@ -11,9 +11,6 @@ use crate::telemetry::twin::{GENERAL_BUCKETS, SCHEDULER_BUCKETS, TwinGaugeVec, T
 
 /// Distinct fairness ids (and model names) kept as label values.
 const LABEL_CAP: usize = 1000;
-/// The `inference_pool` label value.
-const POOL: &str = "";
-
 /// Label values of one queued request.
 #[derive(Clone, Debug)]
 pub struct FlowLabels {
@@ -39,11 +36,13 @@ pub struct FlowControlMetrics {
     requests: IntCounterVec,
     fairness_ids: BoundedLabels,
     models: BoundedLabels,
+    /// The `inference_pool` label value.
+    pool: String,
 }
 
 impl FlowControlMetrics {
-    /// Registers the families.
-    pub fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
+    /// Registers the families; `pool` is the `inference_pool` label value.
+    pub fn register(registry: &Registry, pool: &str) -> Result<Self, prometheus::Error> {
         let queue_labels = &["fairness_id", "priority", "inference_pool", "model_name", "target_model_name"];
         let twin =
             |name: &str| (format!("inference_extension_flow_control_{name}"), format!("llm_d_epp_flow_control_{name}"));
@@ -89,12 +88,13 @@ impl FlowControlMetrics {
             requests,
             fairness_ids: BoundedLabels::new(LABEL_CAP),
             models: BoundedLabels::new(LABEL_CAP),
+            pool: pool.to_string(),
         })
     }
 
     /// Metrics on a private registry (tests, tools).
     pub fn detached() -> Self {
-        Self::register(&Registry::new()).expect("a fresh registry has no name clashes")
+        Self::register(&Registry::new(), "").expect("a fresh registry has no name clashes")
     }
 
     /// The label values of a request.
@@ -109,7 +109,7 @@ impl FlowControlMetrics {
 
     /// A request entered (`+1`) or left (`-1`) the queue.
     pub fn queued(&self, l: &FlowLabels, sign: f64, bytes: u64) {
-        let values = [&*l.fairness_id, &l.priority, POOL, &l.model, &l.target];
+        let values = [&*l.fairness_id, &l.priority, &self.pool, &l.model, &l.target];
         self.queue_size.with(&values).add(sign);
         self.queue_bytes.with(&values).add(sign * bytes as f64);
     }
@@ -121,14 +121,14 @@ impl FlowControlMetrics {
 
     /// A request's admission finished with `outcome` after `seconds` in the queue.
     pub fn finished(&self, l: &FlowLabels, outcome: &str, seconds: f64) {
-        let values = [&*l.fairness_id, &l.priority, outcome, POOL, &l.model, &l.target];
+        let values = [&*l.fairness_id, &l.priority, outcome, &self.pool, &l.model, &l.target];
         self.queue_duration.with(&values).observe(seconds);
-        self.requests.with_label_values(&[outcome, &l.priority, POOL]).inc();
+        self.requests.with_label_values(&[outcome, &l.priority, &self.pool]).inc();
     }
 
     /// One dispatch cycle ran.
     pub fn cycle(&self, seconds: f64, saturation: f64) {
         self.cycle_duration.with(&[]).observe(seconds);
-        self.saturation.with(&[POOL]).set(saturation);
+        self.saturation.with(&[&self.pool]).set(saturation);
     }
 }

@@ -47,7 +47,7 @@ fn fixture(settings: FlowControlSettings, saturation: f64) -> Fixture {
     let detector = Arc::new(FakeDetector::default());
     detector.set(saturation);
     let registry = prometheus::Registry::new();
-    let metrics = FlowControlMetrics::register(&registry).unwrap();
+    let metrics = FlowControlMetrics::register(&registry, "pool-a").unwrap();
     let controller = Arc::new(FlowController::new(settings, store, Some(detector.clone()), metrics));
     Fixture { controller, detector, registry }
 }
@@ -63,13 +63,14 @@ async fn until_queued(c: &FlowController, n: u64) {
     assert!(matches!(reached, Ok(Ok(_))), "expected {n} queued, found {}", c.queued());
 }
 
-/// `llm_d_epp_flow_control_requests_total{outcome}`.
+/// `llm_d_epp_flow_control_requests_total{outcome}` of the fixture's pool.
 fn outcomes(registry: &prometheus::Registry, outcome: &str) -> u64 {
     let families = registry.gather();
     let Some(f) = families.iter().find(|f| f.name() == "llm_d_epp_flow_control_requests_total") else { return 0 };
     f.get_metric()
         .iter()
         .filter(|m| m.get_label().iter().any(|l| l.name() == "outcome" && l.value() == outcome))
+        .filter(|m| m.get_label().iter().any(|l| l.name() == "inference_pool" && l.value() == "pool-a"))
         .map(|m| m.get_counter().get_value() as u64)
         .sum()
 }
