@@ -81,3 +81,51 @@ fn key_refs_resolve_per_holder_and_ambiguity_releases_all() {
     t.add(0, 1, 0, AddMode::Counted);
     assert_eq!(t.resolve_ref(key_ref(0), 1, 0), RefMatch::One(0), "key 0 lives in the side slot");
 }
+
+/// The array is sorted by key reference and every key can be found.
+fn check_sorted_and_findable(t: &Table, keys: &[u64]) {
+    let refs: Vec<u32> = t.buckets.iter().filter(|b| b[0] != 0).map(|b| key_ref(b[0])).collect();
+    assert!(refs.windows(2).all(|w| w[0] <= w[1]), "sorted by reference");
+    for k in keys {
+        assert_ne!(t.slot_of(*k), 0, "key {k} findable");
+    }
+}
+
+#[test]
+fn ordered_runs_survive_growth_deletion_and_crowding() {
+    let mut t = Table::new(1 << 20, 5);
+    let keys: Vec<u64> = (1..=50_000u64).map(|k| k.wrapping_mul(0x2545_F491_4F6C_DD1D)).collect();
+    for (i, k) in keys.iter().enumerate() {
+        t.add(*k, (i % 7) as u16, 0, AddMode::Set);
+    }
+    let load = t.keys() as f64 / t.homes as f64;
+    assert!((0.76..=0.881).contains(&load), "load {load}");
+    check_sorted_and_findable(&t, &keys);
+    for k in keys.iter().step_by(2) {
+        assert_eq!(t.remove_where(*k, |_| true, RemoveMode::Force), 1);
+    }
+    let kept: Vec<u64> = keys.iter().skip(1).step_by(2).copied().collect();
+    check_sorted_and_findable(&t, &kept);
+    assert_eq!(t.keys(), kept.len());
+    for k in keys.iter().step_by(2) {
+        assert_eq!(t.slot_of(*k), 0, "removed key {k} gone");
+    }
+    // Forty keys with one reference whose home is the last bucket: the run spills past the
+    // last home, the table grows until it fits, and lookups and misses still work.
+    let mut inv = SPREAD;
+    for _ in 0..5 {
+        inv = inv.wrapping_mul(2u64.wrapping_sub(SPREAD.wrapping_mul(inv)));
+    }
+    let base = (u64::from(u32::MAX) << 32).wrapping_mul(inv);
+    let crowd: Vec<u64> = (0..40u64).map(|i| base.wrapping_add(i.wrapping_mul(inv))).collect();
+    assert!(crowd.iter().all(|k| key_ref(*k) == u32::MAX));
+    let mut small = Table::new(1000, 9);
+    for k in &crowd {
+        small.add(*k, 1, 0, AddMode::Set);
+    }
+    check_sorted_and_findable(&small, &crowd);
+    assert_eq!(small.resolve_ref(u32::MAX, 1, 0), RefMatch::Ambiguous);
+    assert_eq!(small.slot_of(base.wrapping_add(41u64.wrapping_mul(inv))), 0, "a miss in the crowd");
+    assert_eq!(small.release_ref(u32::MAX, 1, 0), 40);
+    assert_eq!(small.keys(), 0);
+}
