@@ -205,6 +205,19 @@ async fn vertexai_chat_completions_are_unwrapped_and_routed_by_prefix() {
     assert!(sum > 2.5, "sum {sum}");
 }
 
+/// epp with the vLLM render tokenizer at `render`, prefix scoring, and `parser` as the only
+/// request parser, routing to the one pod at `pod`.
+async fn start_with_render_tokenizer(pod: std::net::SocketAddr, render: std::net::SocketAddr, parser: &str) -> TestEpp {
+    let cfg = format!(
+        "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n\
+         - type: token-producer\n  parameters: {{modelName: m, vllm: {{url: \"http://{render}\", timeout: 5s}}}}\n\
+         - type: queue-scorer\n- type: prefix-cache-scorer\n- {{name: parser, type: {parser}}}\n\
+         schedulingProfiles:\n- name: default\n  plugins:\n  - pluginRef: queue-scorer\n  - pluginRef: prefix-cache-scorer\n\
+         requestHandler: {{parsers: [{{pluginRef: parser}}]}}\n"
+    );
+    TestEpp::start(&endpoints_yaml(&[("a", pod, &[])]), Some(&cfg), |_| {}).await
+}
+
 /// A vLLM render server: answers `{"token_ids": ids}` and forwards each (path, body) seen.
 async fn render_server(
     ids: Vec<u32>,
@@ -240,14 +253,7 @@ async fn render_server(
 async fn vllmgrpc_text_prompt_is_rendered_from_synthesized_json() {
     let pod = FakeVllm::start([127, 0, 0, 52], 0, 0, 0.1).await;
     let (render, mut seen) = render_server((0..300).collect()).await;
-    let cfg = format!(
-        "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n\
-         - type: token-producer\n  parameters: {{modelName: m, vllm: {{url: \"http://{render}\", timeout: 5s}}}}\n\
-         - type: queue-scorer\n- type: prefix-cache-scorer\n- {{name: grpc, type: vllmgrpc-parser}}\n\
-         schedulingProfiles:\n- name: default\n  plugins:\n  - pluginRef: queue-scorer\n  - pluginRef: prefix-cache-scorer\n\
-         requestHandler: {{parsers: [{{pluginRef: grpc}}]}}\n"
-    );
-    let epp = TestEpp::start(&endpoints_yaml(&[("a", pod.addr, &[])]), Some(&cfg), |_| {}).await;
+    let epp = start_with_render_tokenizer(pod.addr, render, "vllmgrpc-parser").await;
     epp.wait_waiting(&[("a", 0)]).await;
     let request = GenerateRequest {
         request_id: "t".into(),
@@ -348,14 +354,7 @@ event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
 async fn anthropic_messages_are_rendered_as_chat_for_the_vllm_tokenizer() {
     let pod = FakeVllm::start([127, 0, 0, 62], 0, 0, 0.1).await;
     let (render, mut seen) = render_server((0..300).collect()).await;
-    let cfg = format!(
-        "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n\
-         - type: token-producer\n  parameters: {{modelName: m, vllm: {{url: \"http://{render}\", timeout: 5s}}}}\n\
-         - type: queue-scorer\n- type: prefix-cache-scorer\n- {{name: claude, type: anthropic-parser}}\n\
-         schedulingProfiles:\n- name: default\n  plugins:\n  - pluginRef: queue-scorer\n  - pluginRef: prefix-cache-scorer\n\
-         requestHandler: {{parsers: [{{pluginRef: claude}}]}}\n"
-    );
-    let epp = TestEpp::start(&endpoints_yaml(&[("a", pod.addr, &[])]), Some(&cfg), |_| {}).await;
+    let epp = start_with_render_tokenizer(pod.addr, render, "anthropic-parser").await;
     epp.wait_waiting(&[("a", 0)]).await;
     let body = anthropic_body("Answer in French.", "Bonjour?", false);
     let routed = route_all(&epp, "/v1/messages", &[], std::slice::from_ref(&body)).await;

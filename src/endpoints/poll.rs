@@ -12,7 +12,6 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Empty, Limited};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use tokio_util::sync::CancellationToken;
 
 use super::model::EndpointId;
@@ -21,16 +20,9 @@ use super::store::{EndpointEntry, EndpointStore};
 /// The pollers' HTTP client (body-less GETs).
 pub type PollClient = Client<HttpConnector, Empty<Bytes>>;
 
-/// A client with Nagle off, `connect_timeout`, and at most `max_idle_per_host` idle
-/// connections per host (kept 90 s).
+/// The shared pooled client (`crate::http_client`) for body-less GETs.
 pub fn client(connect_timeout: Duration, max_idle_per_host: usize) -> PollClient {
-    let mut connector = HttpConnector::new();
-    connector.set_nodelay(true);
-    connector.set_connect_timeout(Some(connect_timeout));
-    Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(Duration::from_secs(90))
-        .pool_max_idle_per_host(max_idle_per_host)
-        .build(connector)
+    crate::http_client::pooled_for(connect_timeout, max_idle_per_host)
 }
 
 /// Why a GET failed.
