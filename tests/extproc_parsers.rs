@@ -89,6 +89,22 @@ fn assert_prefix_followed(routed: &[(String, Vec<u8>)]) {
     assert!(routed.iter().all(|(d, _)| d == first), "all follow the cached token prefix: {routed:?}");
 }
 
+/// Four requests sharing a prefix all went to one endpoint, the prefix producer saw the prompt
+/// of every one, and the last three hit the cached prefix.
+async fn assert_followed_the_cached_prefix(epp: &TestEpp, routed: &[(String, Vec<u8>)]) {
+    assert_prefix_followed(routed);
+    let (sum, count) = prefix_hit_ratio(epp).await;
+    assert_eq!(count, 4, "every request reached the prefix producer with prompt data");
+    assert!(sum > 2.5, "the last three requests hit the cached prefix: sum {sum}");
+}
+
+/// Each body reached the pod byte for byte.
+fn assert_forwarded_unchanged(routed: &[(String, Vec<u8>)], bodies: &[Vec<u8>]) {
+    for ((_, echoed), body) in routed.iter().zip(bodies) {
+        assert_eq!(echoed, body, "body forwarded as sent");
+    }
+}
+
 fn generate(ids: Vec<u32>) -> Vec<u8> {
     let request = GenerateRequest {
         request_id: "r".into(),
@@ -114,13 +130,8 @@ async fn vllmgrpc_token_ids_drive_prefix_routing_and_the_body_is_forwarded_uncha
     let bodies: Vec<_> = shared_prefix_prompts().into_iter().map(generate).collect();
     // The rewrite header names a target model; the protobuf body is still forwarded as is.
     let routed = route_all(&epp, GENERATE, &[GRPC, ("x-gateway-model-name-rewrite", "served")], &bodies).await;
-    assert_prefix_followed(&routed);
-    for ((_, echoed), body) in routed.iter().zip(&bodies) {
-        assert_eq!(echoed, body, "gRPC body echoed byte for byte");
-    }
-    let (sum, count) = prefix_hit_ratio(&epp).await;
-    assert_eq!(count, 4, "every request reached the prefix producer with token ids");
-    assert!(sum > 2.5, "the last three requests hit the cached prefix: sum {sum}");
+    assert_followed_the_cached_prefix(&epp, &routed).await;
+    assert_forwarded_unchanged(&routed, &bodies);
 }
 
 #[tokio::test]
@@ -162,10 +173,7 @@ async fn sglang_generate_input_ids_drive_prefix_routing() {
         })
         .collect();
     let routed = route_all(&epp, "/generate", &[], &bodies).await;
-    assert_prefix_followed(&routed);
-    let (sum, count) = prefix_hit_ratio(&epp).await;
-    assert_eq!(count, 4);
-    assert!(sum > 2.5, "sum {sum}");
+    assert_followed_the_cached_prefix(&epp, &routed).await;
     // A path the parser claims but SGLang does not serve is a 400 with the parser's message.
     let mut client = epp.client().await;
     let mut ex = Exchange::open(&mut client).await;
@@ -196,13 +204,8 @@ async fn vertexai_chat_completions_are_unwrapped_and_routed_by_prefix() {
         })
         .collect();
     let routed = route_all(&epp, VERTEX_CHAT, &[GRPC], &bodies).await;
-    assert_prefix_followed(&routed);
-    for ((_, echoed), body) in routed.iter().zip(&bodies) {
-        assert_eq!(echoed, body);
-    }
-    let (sum, count) = prefix_hit_ratio(&epp).await;
-    assert_eq!(count, 4);
-    assert!(sum > 2.5, "sum {sum}");
+    assert_followed_the_cached_prefix(&epp, &routed).await;
+    assert_forwarded_unchanged(&routed, &bodies);
 }
 
 /// epp with the vLLM render tokenizer at `render`, prefix scoring, and `parser` as the only
@@ -292,13 +295,8 @@ async fn anthropic_messages_with_a_shared_system_prompt_follow_the_prefix() {
     let bodies: Vec<_> =
         ["first", "second", "third", "fourth"].iter().map(|q| anthropic_body(&system, q, false)).collect();
     let routed = route_all(&epp, "/v1/messages", &[], &bodies).await;
-    assert_prefix_followed(&routed);
-    for ((_, echoed), body) in routed.iter().zip(&bodies) {
-        assert_eq!(echoed, body, "the Anthropic body is forwarded as sent");
-    }
-    let (sum, count) = prefix_hit_ratio(&epp).await;
-    assert_eq!(count, 4, "every request reached the prefix producer with prompt data");
-    assert!(sum > 2.5, "the last three requests hit the cached system prompt: sum {sum}");
+    assert_followed_the_cached_prefix(&epp, &routed).await;
+    assert_forwarded_unchanged(&routed, &bodies);
 
     // count_tokens is routed but records no prefix (it does no inference).
     let count_body = br#"{"model":"claude-local","messages":[{"role":"user","content":"how long?"}]}"#.to_vec();
@@ -383,10 +381,7 @@ async fn vllmhttp_generate_token_ids_drive_prefix_routing() {
         })
         .collect();
     let routed = route_all(&epp, "/inference/v1/generate", &[], &bodies).await;
-    assert_prefix_followed(&routed);
-    let (sum, count) = prefix_hit_ratio(&epp).await;
-    assert_eq!(count, 4);
-    assert!(sum > 2.5, "sum {sum}");
+    assert_followed_the_cached_prefix(&epp, &routed).await;
     let mut client = epp.client().await;
     let mut ex = Exchange::open(&mut client).await;
     ex.send(request_headers("/inference/v1/generate", &[], false, Some((FULL_DUPLEX, FULL_DUPLEX)))).await;

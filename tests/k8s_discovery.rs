@@ -40,6 +40,21 @@ fn client(mock: &MockKube) -> ApiClient {
 }
 
 /// Store ids, in order.
+/// Discovery of pool `ns/pool` from `mock` into `store`, and its progress counter.
+fn discovery(mock: &MockKube, store: &EndpointStore, metrics: K8sMetrics) -> (PoolDiscovery, watch::Receiver<u64>) {
+    let progress = watch::channel(0).0;
+    let seen = progress.subscribe();
+    let discovery = PoolDiscovery {
+        client: client(mock),
+        pool: PoolRef { name: "pool".into(), namespace: "ns".into(), group: GROUP_V1.into() },
+        store: store.clone(),
+        options: fast(),
+        metrics,
+        progress,
+    };
+    (discovery, seen)
+}
+
 fn ids(store: &EndpointStore) -> Vec<String> {
     store.snapshot().entries.iter().map(|e| e.endpoint.id.to_string()).collect()
 }
@@ -67,16 +82,7 @@ async fn store_follows_pool_pods_through_readiness_deletion_relist_and_drops() {
 
     let store = EndpointStore::new();
     let metrics = K8sMetrics::unregistered();
-    let progress = watch::channel(0).0;
-    let mut seen = progress.subscribe();
-    let discovery = PoolDiscovery {
-        client: client(&mock),
-        pool: PoolRef { name: "pool".into(), namespace: "ns".into(), group: GROUP_V1.into() },
-        store: store.clone(),
-        options: fast(),
-        metrics: metrics.clone(),
-        progress,
-    };
+    let (discovery, mut seen) = discovery(&mock, &store, metrics.clone());
     let cancel = CancellationToken::new();
     let task = tokio::spawn(discovery.run(cancel.clone()));
 
@@ -150,16 +156,7 @@ async fn selector_change_restarts_the_pod_watch() {
     mock.apply(PODS, pod("v", json!({"app": "vllm"}), Some("127.0.0.31"), true));
     mock.apply(PODS, pod("s", json!({"app": "sglang"}), Some("127.0.0.32"), true));
     let store = EndpointStore::new();
-    let progress = watch::channel(0).0;
-    let mut seen = progress.subscribe();
-    let discovery = PoolDiscovery {
-        client: client(&mock),
-        pool: PoolRef { name: "pool".into(), namespace: "ns".into(), group: GROUP_V1.into() },
-        store: store.clone(),
-        options: fast(),
-        metrics: K8sMetrics::unregistered(),
-        progress,
-    };
+    let (discovery, mut seen) = discovery(&mock, &store, K8sMetrics::unregistered());
     let cancel = CancellationToken::new();
     tokio::spawn(discovery.run(cancel.clone()));
     settle(&mut seen, &store, 2, &["v-rank-0"]).await;
