@@ -79,3 +79,15 @@ fn example_rbac_grants_what_pool_discovery_reads() {
         assert!(granted.contains(&(group.to_string(), resource.to_string())), "{group}/{resource} not granted");
     }
 }
+
+/// Every KServe manifest and the Kubernetes ConfigMap pass `epp validate` with no finding.
+#[test]
+fn kserve_manifests_and_the_config_map_validate_clean() {
+    let mut files: Vec<_> = std::fs::read_dir(deploy("kserve")).unwrap().map(|e| e.unwrap().path()).collect();
+    files.push(deploy("kubernetes/configmap.yaml"));
+    assert!(files.len() >= 3);
+    for path in files {
+        let findings = epp::validate::validate_text(&std::fs::read_to_string(&path).unwrap());
+        assert!(findings.is_empty(), "{}: {findings:#?}", path.display());
+    }
+}

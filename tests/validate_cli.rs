@@ -89,6 +89,20 @@ fn configs_and_multi_document_files() {
 }
 
 #[test]
+fn configs_inside_config_maps_and_llmisvc_configs_are_loaded() {
+    let all = findings("embedded.yaml");
+    let at = |doc: usize, path: &str| {
+        all.iter().any(|f| f.document == doc && f.severity == Severity::Error && f.path == path)
+    };
+    assert!(at(0, "data.config.yaml.schedulingProfiles[default].plugins[0].pluginRef"), "{all:#?}");
+    assert!(at(2, &format!("{INLINE}.schedulingProfiles[default].plugins[0].pluginRef")), "{all:#?}");
+    assert!(at(2, "spec.router.scheduler.template.containers[0].image"), "{all:#?}");
+    assert_eq!(all.len(), 3, "the clean ConfigMap and the non-config data value add nothing: {all:#?}");
+    let empty = validate_text("apiVersion: v1\nkind: ConfigMap\ndata: {a: b}\n");
+    assert_eq!((empty.len(), empty[0].severity, empty[0].path.as_str()), (1, Severity::Warning, "data"));
+}
+
+#[test]
 fn label_filters_are_checked_against_the_pod_templates() {
     let all = findings("label-selectors.yaml");
     let warned: Vec<&str> = all

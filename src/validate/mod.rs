@@ -1,10 +1,12 @@
-//! `epp validate FILE...`: checks EndpointPickerConfig files and KServe LLMInferenceService
-//! manifests (`serving.kserve.io/v1alpha1` and `v1alpha2`, multi-document YAML) before they
-//! reach a cluster. A config goes through the real loader; a manifest's
+//! `epp validate FILE...`: checks EndpointPickerConfig files, KServe LLMInferenceService
+//! manifests (`serving.kserve.io/v1alpha1` and `v1alpha2`, multi-document YAML), and the
+//! documents that embed a config (ConfigMaps, LLMInferenceServiceConfigs: `embedded`) before
+//! they reach a cluster. A config goes through the real loader; a manifest's
 //! `spec.router.scheduler.config.inline` does too, and the manifest is cross-checked against
 //! the known pitfalls (`manifest`, `precise`). Each finding has a severity, a path inside its
 //! document, a message and a fix. Pure: reads text, returns findings; the CLI does the I/O.
 
+pub mod embedded;
 pub mod labels;
 pub mod manifest;
 pub mod precise;
@@ -73,11 +75,13 @@ fn validate_document(doc: &Value) -> Vec<Finding> {
     let kind = doc.get("kind").and_then(Value::as_str).unwrap_or("");
     match kind {
         "LLMInferenceService" => manifest::check(doc),
+        "LLMInferenceServiceConfig" => embedded::llmisvc_config(doc),
+        "ConfigMap" => embedded::config_map(doc),
         "EndpointPickerConfig" | "" => config_findings(doc, ""),
         other => vec![Finding::warning(
             "kind",
             format!("kind {other:?} is not checked"),
-            "pass EndpointPickerConfig files or LLMInferenceService manifests",
+            "pass EndpointPickerConfig files, ConfigMaps holding one, or KServe LLMInferenceService(Config) manifests",
         )],
     }
 }
