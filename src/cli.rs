@@ -25,8 +25,8 @@ pub struct Cli {
 /// Subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Checks EndpointPickerConfig files and KServe LLMInferenceService manifests; exits 0
-    /// only when no finding is an error.
+    /// Checks EndpointPickerConfig files, ConfigMaps holding one, and KServe
+    /// LLMInferenceService(Config) manifests; exits 0 only when no finding is an error.
     Validate {
         /// Files to check (YAML; multi-document allowed).
         #[arg(required = true)]
