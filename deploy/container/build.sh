@@ -63,15 +63,18 @@ fi
 
 # 2. The build context: rootfs/ is copied to / by the Containerfile.
 work=$(mktemp -d /tmp/epp-image.XXXXXX)
-containers=()
+containers=() # docker: container names; buildah: pids of `buildah run` (in container $ctr)
+ctr=""
 cleanup() {
   if [ "${#containers[@]}" -gt 0 ]; then
     if [ "$ENGINE" = docker ]; then
       docker rm -f "${containers[@]}" >/dev/null 2>&1 || true
     else
       for pid in "${containers[@]}"; do kill "$pid" 2>/dev/null || true; done
+      wait 2>/dev/null || true
     fi
   fi
+  if [ -n "$ctr" ]; then buildah rm "$ctr" >/dev/null 2>&1 || true; fi
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -111,12 +114,12 @@ say "building $IMAGE with $ENGINE"
 if [ "$ENGINE" = docker ]; then
   # The classic builder: BuildKit may be absent (no buildx plugin) and needs nothing here.
   DOCKER_BUILDKIT=0 docker build -q -f "$work/context/Containerfile" -t "$IMAGE" "$work/context" >/dev/null
-  size=$(docker image inspect -f '{{.Size}}' "$IMAGE")
+  size=$(docker image ls --format '{{.Size}}' "$IMAGE" | head -n1)
 else
   buildah bud --isolation chroot -q -f "$work/context/Containerfile" -t "$IMAGE" "$work/context" >/dev/null
-  size=$(buildah inspect -t image -f '{{.Size}}' "$IMAGE" 2>/dev/null || echo "?")
+  size=$(buildah images --format '{{.Size}}' "$IMAGE" 2>/dev/null || echo "?")
 fi
-say "image $IMAGE: $size bytes; epp binary $(stat -c %s "$rootfs/epp") bytes$strip_note"
+say "image $IMAGE: $size; epp binary $(stat -c %s "$rootfs/epp") bytes$strip_note"
 [ "$SMOKE" = 0 ] && exit 0
 
 # 4. Smoke test.
@@ -163,8 +166,8 @@ if [ "$ENGINE" = docker ]; then
   containers+=("$name")
   for which in "busy:$busy_port" "idle:$idle_port"; do
     docker run -d --name "$name-${which%%:*}" "${restricted[@]}" --network "container:$name" \
-      -v "$smoke/${which%%:*}:/www:ro" --entrypoint /bin/busybox "$IMAGE" \
-      httpd -f -p "127.0.0.1:${which##*:}" -h /www >/dev/null
+      -v "$smoke/${which%%:*}:/srv/${which%%:*}:ro" --entrypoint /bin/busybox "$IMAGE" \
+      httpd -f -p "127.0.0.1:${which##*:}" -h "/srv/${which%%:*}" >/dev/null
     containers+=("$name-${which%%:*}")
   done
   port() { docker port "$name" "$1/tcp" | head -n1; }
@@ -187,15 +190,19 @@ else
   ctr=$(buildah from "$IMAGE")
   restricted=(--isolation chroot --user 65532:65532 --cap-drop ALL)
   buildah run "${restricted[@]}" -v "$smoke/config:/config:ro" -v "$smoke/tls:/etc/epp/tls:ro" "$ctr" -- \
-    /epp "${epp_args[@]}" --bind-address 127.0.0.1 --grpc-port "$g" --grpc-health-port "$h" --metrics-port "$m" &
+    /epp "${epp_args[@]}" --bind-address 127.0.0.1 --grpc-port "$g" --grpc-health-port "$h" --metrics-port "$m" \
+    2>>"$work/run.log" &
   containers+=("$!")
   for which in "busy:$busy_port" "idle:$idle_port"; do
-    buildah run "${restricted[@]}" -v "$smoke/${which%%:*}:/www:ro" "$ctr" -- \
-      /bin/busybox httpd -f -p "127.0.0.1:${which##*:}" -h /www &
+    buildah run "${restricted[@]}" -v "$smoke/${which%%:*}:/srv/${which%%:*}:ro" "$ctr" -- \
+      /bin/busybox httpd -f -p "127.0.0.1:${which##*:}" -h "/srv/${which%%:*}" 2>>"$work/run.log" &
     containers+=("$!")
   done
-  run_tests "127.0.0.1:$g" "127.0.0.1:$h" "127.0.0.1:$m" || die "smoke test failed"
+  if ! run_tests "127.0.0.1:$g" "127.0.0.1:$h" "127.0.0.1:$m"; then
+    cat "$work/run.log" >&2
+    die "smoke test failed"
+  fi
+  say "preStop: buildah run $ctr -- /bin/sh -c 'sleep 0'"
   buildah run "${restricted[@]}" "$ctr" -- /bin/sh -c "sleep 0"
-  buildah rm "$ctr" >/dev/null
 fi
 say "smoke test passed"
