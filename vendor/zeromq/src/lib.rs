@@ -35,6 +35,8 @@ pub mod __bench {
     pub use super::codec::{Message, ZmqCodec};
 }
 
+// EPP PATCH: decoder limits and the errors that report them.
+pub use crate::codec::{CodecError, FrameLimits, LimitExceeded};
 pub use crate::dealer::*;
 pub use crate::endpoint::{Endpoint, Host, Transport, TryIntoEndpoint};
 pub use crate::error::{ZmqError, ZmqResult};
@@ -187,6 +189,8 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 pub struct SocketOptions {
     pub(crate) peer_id: Option<PeerIdentity>,
     pub(crate) connect_timeout: Option<Duration>,
+    // EPP PATCH: bounds applied to every peer's decoder before the handshake.
+    pub(crate) frame_limits: FrameLimits,
 }
 
 impl Default for SocketOptions {
@@ -194,6 +198,7 @@ impl Default for SocketOptions {
         Self {
             peer_id: None,
             connect_timeout: Some(DEFAULT_CONNECT_TIMEOUT),
+            frame_limits: FrameLimits::UNLIMITED,
         }
     }
 }
@@ -211,6 +216,14 @@ impl SocketOptions {
 
     pub fn no_connect_timeout(&mut self) -> &mut Self {
         self.connect_timeout = None;
+        self
+    }
+
+    /// EPP PATCH: frame, message and frame-count bounds for every peer of
+    /// the socket (see [`FrameLimits`]); a peer crossing one is disconnected
+    /// and its receive yields [`CodecError::LimitExceeded`].
+    pub fn frame_limits(&mut self, limits: FrameLimits) -> &mut Self {
+        self.frame_limits = limits;
         self
     }
 }

@@ -8,7 +8,7 @@ use crate::async_rt::task::{spawn, JoinHandle};
 use crate::backend::DisconnectNotifier;
 use crate::endpoint::Endpoint;
 use crate::transport;
-use crate::util::{greet_exchange, ready_exchange, PeerIdentity};
+use crate::util::{apply_frame_limits, greet_exchange, ready_exchange, PeerIdentity};
 use crate::MultiPeerBackend;
 
 use futures::channel::{mpsc, oneshot};
@@ -223,6 +223,8 @@ async fn try_reconnect(
     let (mut raw_socket, resolved_endpoint) = transport::connect(endpoint).await?;
 
     // Perform ZMTP handshake
+    // EPP PATCH: same limits as the first connection.
+    apply_frame_limits(&mut raw_socket, backend.socket_options());
     greet_exchange(&mut raw_socket).await?;
 
     // Build properties for ready exchange (include identity if configured)

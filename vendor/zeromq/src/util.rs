@@ -133,6 +133,14 @@ fn negotiate_version(greeting: Message) -> ZmqResult<ZmtpVersion> {
     }
 }
 
+/// EPP PATCH: bounds the peer's decoder before the first byte is read.
+pub(crate) fn apply_frame_limits(raw_socket: &mut FramedIo, options: &SocketOptions) {
+    raw_socket
+        .read_half
+        .decoder_mut()
+        .set_limits(options.frame_limits);
+}
+
 pub(crate) async fn greet_exchange(raw_socket: &mut FramedIo) -> ZmqResult<ZmtpVersion> {
     raw_socket
         .write_half
@@ -201,6 +209,7 @@ pub(crate) async fn peer_handshake(
     raw_socket: &mut FramedIo,
     backend: Arc<dyn MultiPeerBackend>,
 ) -> ZmqResult<PeerIdentity> {
+    apply_frame_limits(raw_socket, backend.socket_options());
     greet_exchange(raw_socket).await?;
     let mut props = None;
     if let Some(identity) = &backend.socket_options().peer_id {

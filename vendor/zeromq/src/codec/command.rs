@@ -58,7 +58,13 @@ impl TryFrom<Bytes> for ZmqCommand {
     type Error = CodecError;
 
     fn try_from(mut buf: Bytes) -> Result<Self, Self::Error> {
-        let command_len = buf.get_u8() as usize;
+        // EPP PATCH: every length below comes from the peer; check it against
+        // what is left instead of letting `get_u8`/`split_to` panic.
+        const TRUNCATED: CodecError = CodecError::Command("Truncated command frame");
+        let command_len = usize::from(buf.try_get_u8().map_err(|_| TRUNCATED)?);
+        if buf.len() < command_len {
+            return Err(TRUNCATED);
+        }
         // command-name-char = ALPHA according to https://rfc.zeromq.org/spec:23/ZMTP/
         let command = match &buf[..command_len] {
             b"READY" => ZmqCommandName::READY,
@@ -69,13 +75,19 @@ impl TryFrom<Bytes> for ZmqCommand {
 
         while !buf.is_empty() {
             // Collect command properties
-            let prop_len = buf.get_u8() as usize;
+            let prop_len = usize::from(buf.try_get_u8().map_err(|_| TRUNCATED)?);
+            if buf.len() < prop_len {
+                return Err(TRUNCATED);
+            }
             let property = match String::from_utf8(buf.split_to(prop_len).to_vec()) {
                 Ok(p) => p,
                 Err(_) => return Err(CodecError::Decode("Invalid property identifier")),
             };
 
-            let prop_val_len = buf.get_u32() as usize;
+            let prop_val_len = buf.try_get_u32().map_err(|_| TRUNCATED)? as usize;
+            if buf.len() < prop_val_len {
+                return Err(TRUNCATED);
+            }
             let prop_value = buf.split_to(prop_val_len);
             properties.insert(property, prop_value);
         }

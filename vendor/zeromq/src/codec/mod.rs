@@ -9,10 +9,12 @@ pub(crate) mod mechanism;
 mod zmq_codec;
 
 pub(crate) use command::{ZmqCommand, ZmqCommandName};
-pub(crate) use error::{CodecError, CodecResult};
+pub(crate) use error::CodecResult;
+// EPP PATCH: public so callers can tell a limit rejection from other errors.
+pub use error::{CodecError, LimitExceeded};
 pub(crate) use framed::{FrameableRead, FrameableWrite, FramedIo, ZmqFramedRead, ZmqFramedWrite};
 pub(crate) use greeting::{ZmqGreeting, ZmtpVersion};
-pub use zmq_codec::ZmqCodec;
+pub use zmq_codec::{FrameLimits, ZmqCodec};
 
 use crate::message::ZmqMessage;
 

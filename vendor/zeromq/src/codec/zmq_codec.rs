@@ -1,5 +1,5 @@
 use super::command::ZmqCommand;
-use super::error::CodecError;
+use super::error::{CodecError, LimitExceeded};
 use super::greeting::ZmqGreeting;
 use super::Message;
 use crate::ZmqMessage;
@@ -24,6 +24,43 @@ enum DecoderState {
     Frame(Frame),
 }
 
+/// EPP PATCH: bounds on what one peer may make the decoder buffer.
+///
+/// Checked when a frame header is read, before anything is reserved for the
+/// frame body; crossing one fails the decode with
+/// [`CodecError::LimitExceeded`], which drops the connection. Command frames
+/// are bounded by `max_frame_size` only. The default is unlimited (upstream
+/// behaviour), but a declared length alone never allocates: the read buffer
+/// grows with the bytes actually received, in steps of at most
+/// [`RESERVE_CHUNK`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameLimits {
+    /// Largest accepted frame body, in bytes.
+    pub max_frame_size: usize,
+    /// Largest accepted multipart message (sum of its frame bodies), in bytes.
+    pub max_message_size: usize,
+    /// Most frames accepted in one multipart message.
+    pub max_message_frames: usize,
+}
+
+impl FrameLimits {
+    /// No bound (upstream behaviour, minus the up-front reservation).
+    pub const UNLIMITED: FrameLimits = FrameLimits {
+        max_frame_size: usize::MAX,
+        max_message_size: usize::MAX,
+        max_message_frames: usize::MAX,
+    };
+}
+
+impl Default for FrameLimits {
+    fn default() -> Self {
+        Self::UNLIMITED
+    }
+}
+
+/// EPP PATCH: most bytes reserved ahead of data while a frame is incomplete.
+pub const RESERVE_CHUNK: usize = 64 * 1024;
+
 #[derive(Debug)]
 pub struct ZmqCodec {
     state: DecoderState,
@@ -32,6 +69,10 @@ pub struct ZmqCodec {
     // This allows to encapsulate its processing inside codec and not expose
     // internal details to higher levels
     buffered_message: Option<ZmqMessage>,
+    // EPP PATCH: limits and the size of the message being assembled.
+    limits: FrameLimits,
+    message_bytes: u64,
+    message_frames: usize,
 }
 
 impl ZmqCodec {
@@ -40,7 +81,41 @@ impl ZmqCodec {
             state: DecoderState::Greeting,
             waiting_for: 64, // len of the greeting frame
             buffered_message: None,
+            limits: FrameLimits::UNLIMITED,
+            message_bytes: 0,
+            message_frames: 0,
         }
+    }
+
+    /// EPP PATCH: bounds every later frame (see [`FrameLimits`]).
+    pub fn set_limits(&mut self, limits: FrameLimits) {
+        self.limits = limits;
+    }
+
+    /// EPP PATCH: rejects a declared frame length that crosses a limit.
+    fn check_frame(&self, frame: Frame, declared: u64) -> Result<usize, CodecError> {
+        let l = &self.limits;
+        let too_big = |limit| CodecError::LimitExceeded(LimitExceeded::FrameSize { declared, limit });
+        let len = usize::try_from(declared).map_err(|_| too_big(l.max_frame_size))?;
+        if len > l.max_frame_size {
+            return Err(too_big(l.max_frame_size));
+        }
+        if frame.command {
+            return Ok(len);
+        }
+        if self.message_frames >= l.max_message_frames {
+            return Err(CodecError::LimitExceeded(LimitExceeded::MessageFrames {
+                limit: l.max_message_frames,
+            }));
+        }
+        let total = self.message_bytes.saturating_add(declared);
+        if total > l.max_message_size as u64 {
+            return Err(CodecError::LimitExceeded(LimitExceeded::MessageSize {
+                declared: total,
+                limit: l.max_message_size,
+            }));
+        }
+        Ok(len)
     }
 }
 
@@ -54,66 +129,73 @@ impl Decoder for ZmqCodec {
     type Error = CodecError;
     type Item = Message;
 
+    // EPP PATCH: a loop instead of one recursive call per frame, lengths
+    // checked against `limits` before use, and reservations capped at
+    // `RESERVE_CHUNK` (upstream reserved the whole declared length up front,
+    // so one 9-byte header could abort the process).
     fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Self::Item>, Self::Error> {
-        if src.len() < self.waiting_for {
-            src.reserve(self.waiting_for - src.len());
-            return Ok(None);
-        }
-        match self.state {
-            DecoderState::Greeting => {
-                if src[0] != 0xff {
-                    return Err(CodecError::Decode("Bad first byte of greeting"));
-                }
-                self.state = DecoderState::FrameHeader;
-                self.waiting_for = 1;
-                Ok(Some(Message::Greeting(ZmqGreeting::try_from(
-                    src.split_to(64).freeze(),
-                )?)))
+        loop {
+            if src.len() < self.waiting_for {
+                src.reserve((self.waiting_for - src.len()).min(RESERVE_CHUNK));
+                return Ok(None);
             }
-            DecoderState::FrameHeader => {
-                let flags = src.get_u8();
-
-                let frame = Frame {
-                    command: (flags & 0b0000_0100) != 0,
-                    long: (flags & 0b0000_0010) != 0,
-                    more: (flags & 0b0000_0001) != 0,
-                };
-                self.state = DecoderState::FrameLen(frame);
-                self.waiting_for = if frame.long { 8 } else { 1 };
-                self.decode(src)
-            }
-            DecoderState::FrameLen(frame) => {
-                self.state = DecoderState::Frame(frame);
-                self.waiting_for = if frame.long {
-                    src.get_u64() as usize
-                } else {
-                    src.get_u8() as usize
-                };
-                self.decode(src)
-            }
-            DecoderState::Frame(frame) => {
-                let data = src.split_to(self.waiting_for);
-                self.state = DecoderState::FrameHeader;
-                self.waiting_for = 1;
-                if frame.command {
-                    return Ok(Some(Message::Command(ZmqCommand::try_from(data.freeze())?)));
+            match self.state {
+                DecoderState::Greeting => {
+                    if src[0] != 0xff {
+                        return Err(CodecError::Decode("Bad first byte of greeting"));
+                    }
+                    self.state = DecoderState::FrameHeader;
+                    self.waiting_for = 1;
+                    return Ok(Some(Message::Greeting(ZmqGreeting::try_from(
+                        src.split_to(64).freeze(),
+                    )?)));
                 }
+                DecoderState::FrameHeader => {
+                    let flags = src.get_u8();
 
-                // process incoming message frame
-                match &mut self.buffered_message {
-                    Some(v) => v.push_back(data.freeze()),
-                    None => self.buffered_message = Some(ZmqMessage::from(data.freeze())),
+                    let frame = Frame {
+                        command: (flags & 0b0000_0100) != 0,
+                        long: (flags & 0b0000_0010) != 0,
+                        more: (flags & 0b0000_0001) != 0,
+                    };
+                    self.state = DecoderState::FrameLen(frame);
+                    self.waiting_for = if frame.long { 8 } else { 1 };
                 }
+                DecoderState::FrameLen(frame) => {
+                    let declared = if frame.long {
+                        src.get_u64()
+                    } else {
+                        u64::from(src.get_u8())
+                    };
+                    self.waiting_for = self.check_frame(frame, declared)?;
+                    self.state = DecoderState::Frame(frame);
+                }
+                DecoderState::Frame(frame) => {
+                    let data = src.split_to(self.waiting_for);
+                    self.state = DecoderState::FrameHeader;
+                    self.waiting_for = 1;
+                    if frame.command {
+                        return Ok(Some(Message::Command(ZmqCommand::try_from(data.freeze())?)));
+                    }
 
-                if frame.more {
-                    self.decode(src)
-                } else {
-                    // Quoth the Raven “Nevermore.”
-                    Ok(Some(Message::Message(
-                        self.buffered_message
+                    // process incoming message frame
+                    self.message_bytes += data.len() as u64;
+                    self.message_frames += 1;
+                    match &mut self.buffered_message {
+                        Some(v) => v.push_back(data.freeze()),
+                        None => self.buffered_message = Some(ZmqMessage::from(data.freeze())),
+                    }
+
+                    if !frame.more {
+                        self.message_bytes = 0;
+                        self.message_frames = 0;
+                        // Quoth the Raven “Nevermore.”
+                        let message = self
+                            .buffered_message
                             .take()
-                            .expect("Corrupted decoder state"),
-                    )))
+                            .ok_or(CodecError::Decode("Corrupted decoder state"))?;
+                        return Ok(Some(Message::Message(message)));
+                    }
                 }
             }
         }
