@@ -182,6 +182,39 @@ async fn central_nine_byte_first_frame_keeps_intake_and_accepting() {
     s.handle.shutdown().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn central_peer_stuck_in_the_handshake_is_dropped() {
+    let limits = WireLimits { handshake_timeout: Duration::from_millis(300), ..WireLimits::default() };
+    let s = start(SubscriberConfig { limits, ..central_config() }, source(None)).await;
+    let (h, m) = (&s.handle, &s.metrics);
+    let addr = h.central_endpoint().expect("bound").trim_start_matches("tcp://").to_owned();
+    // Half a greeting, then silence: the connection would otherwise be held forever.
+    let mut stuck = TcpStream::connect(addr).await.expect("connect");
+    stuck.write_all(&greeting()[..10]).await.expect("write");
+    wait_closed(&mut stuck).await;
+    eventually("handshake failure counted", || m.zmq_errors.with_label_values(&["handshake"]).get() == 1).await;
+    let mut honest = honest_publisher(h).await;
+    publish(&mut honest, TOPIC, 0, payload(0)).await;
+    wait_for(h, "honest batch", || s.index.entries() > 0).await;
+    s.handle.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn central_truncated_command_frame_drops_only_that_peer() {
+    let s = start(central_config(), source(None)).await;
+    let (h, m) = (&s.handle, &s.metrics);
+    let mut honest = honest_publisher(h).await;
+    // A command frame whose name length (5) runs past its 1-byte body: upstream indexed past the end.
+    let mut peer = raw_peer(h).await;
+    peer.write_all(&[0x04, 0x01, 0x05]).await.expect("write");
+    wait_closed(&mut peer).await;
+    eventually("receive error counted", || m.zmq_errors.with_label_values(&["recv"]).get() == 1).await;
+    publish(&mut honest, TOPIC, 0, payload(0)).await;
+    wait_for(h, "honest batch", || s.index.entries() > 0).await;
+    assert_eq!(m.active_subscribers.get(), 1);
+    s.handle.shutdown().await;
+}
+
 /// Writes MORE frames of `frame_len` bytes until epp closes the connection; returns the bytes
 /// written. Stops (and fails the caller's bound) after `cap` bytes.
 async fn write_endless_message(peer: &mut TcpStream, frame_len: usize, cap: usize) -> usize {
@@ -199,7 +232,12 @@ async fn write_endless_message(peer: &mut TcpStream, frame_len: usize, cap: usiz
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn central_endless_more_frames_are_cut_at_the_message_cap() {
-    let limits = WireLimits { max_frame_bytes: 1 << 20, max_message_bytes: 1 << 20, max_frames_per_message: 64 };
+    let limits = WireLimits {
+        max_frame_bytes: 1 << 20,
+        max_message_bytes: 1 << 20,
+        max_frames_per_message: 64,
+        ..WireLimits::default()
+    };
     let s = start(SubscriberConfig { limits, ..central_config() }, source(None)).await;
     let (h, m) = (&s.handle, &s.metrics);
     let mut honest = honest_publisher(h).await;

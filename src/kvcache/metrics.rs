@@ -33,7 +33,7 @@ pub struct KvCacheMetrics {
     pub replays: IntCounterVec,
     /// `epp_kv_endpoint_clears_total{reason}` (all_blocks_cleared, restart, gap, removed).
     pub clears: IntCounterVec,
-    /// `epp_kv_zmq_errors_total{operation}` (bind, connect, recv, replay).
+    /// `epp_kv_zmq_errors_total{operation}` (bind, connect, handshake, recv, replay).
     pub zmq_errors: IntCounterVec,
     /// `epp_kv_peer_events_total{event}` (connected, reconnected, disconnected): publisher
     /// connections seen by the SUB sockets (the `zeromq` crate reconnects by itself).

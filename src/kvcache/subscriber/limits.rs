@@ -24,12 +24,16 @@
 //! messages have 3 frames and replay replies 4; 8 leaves room without letting
 //! a peer pile up empty frames.
 
+use std::time::Duration;
+
 use zeromq::{CodecError, FrameLimits, LimitExceeded, SocketOptions, ZmqError};
 
 /// Default `maxFrameBytes` and `maxMessageBytes`: 64 MiB (see the module doc).
 pub const DEFAULT_MAX_BYTES: usize = 64 << 20;
 /// Default `maxFramesPerMessage`.
 pub const DEFAULT_MAX_FRAMES: usize = 8;
+/// Default handshake bound: greeting and READY within 10 s of the TCP connection.
+pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Bounds on what one publisher connection may send (`kvEventsConfig`
 /// `maxFrameBytes`, `maxMessageBytes`, `maxFramesPerMessage`).
@@ -41,6 +45,9 @@ pub struct WireLimits {
     pub max_message_bytes: usize,
     /// Most frames in one multipart message.
     pub max_frames_per_message: usize,
+    /// Time a peer has to complete the ZMTP handshake (accepted connections are dropped
+    /// after it; a connect attempt fails and is retried).
+    pub handshake_timeout: Duration,
 }
 
 impl Default for WireLimits {
@@ -49,6 +56,7 @@ impl Default for WireLimits {
             max_frame_bytes: DEFAULT_MAX_BYTES,
             max_message_bytes: DEFAULT_MAX_BYTES,
             max_frames_per_message: DEFAULT_MAX_FRAMES,
+            handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
         }
     }
 }
@@ -56,7 +64,12 @@ impl Default for WireLimits {
 impl WireLimits {
     /// No bound (tests and the decoder's own fallback behaviour).
     pub fn unlimited() -> Self {
-        WireLimits { max_frame_bytes: usize::MAX, max_message_bytes: usize::MAX, max_frames_per_message: usize::MAX }
+        WireLimits {
+            max_frame_bytes: usize::MAX,
+            max_message_bytes: usize::MAX,
+            max_frames_per_message: usize::MAX,
+            ..WireLimits::default()
+        }
     }
 
     /// The decoder limits (zero is read as one: a limit never disables intake).
@@ -71,7 +84,7 @@ impl WireLimits {
     /// Socket options carrying these limits, for every KV-event socket (SUB and replay DEALER).
     pub fn socket_options(&self) -> SocketOptions {
         let mut options = SocketOptions::default();
-        options.frame_limits(self.frame_limits());
+        options.frame_limits(self.frame_limits()).connect_timeout(self.handshake_timeout);
         options
     }
 }
@@ -101,7 +114,8 @@ mod tests {
     fn defaults_and_reasons() {
         let l = WireLimits::default().frame_limits();
         assert_eq!((l.max_frame_size, l.max_message_size, l.max_message_frames), (64 << 20, 64 << 20, 8));
-        let zero = WireLimits { max_frame_bytes: 0, max_message_bytes: 0, max_frames_per_message: 0 };
+        let zero =
+            WireLimits { max_frame_bytes: 0, max_message_bytes: 0, max_frames_per_message: 0, ..Default::default() };
         assert_eq!(zero.frame_limits().max_message_frames, 1);
         let e = ZmqError::Codec(CodecError::LimitExceeded(LimitExceeded::MessageFrames { limit: 8 }));
         assert_eq!(rejection_reason(&e), Some("too_many_frames"));

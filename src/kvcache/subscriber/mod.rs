@@ -14,6 +14,20 @@
 //! endpoint name, which decode, check sequences, replay gaps over DEALER
 //! ([`replay`]) and apply. [`SubscriberHandle::flush`] is a barrier for tests
 //! and shutdown. Does not own the index or the endpoint list.
+//!
+//! Hostile peers: every socket enforces [`WireLimits`] (`maxFrameBytes`,
+//! `maxMessageBytes`, `maxFramesPerMessage`) before anything is allocated for
+//! a frame, drops only the offending connection and counts it
+//! (`epp_kv_rejected_frames_total`); every receive task runs under a
+//! supervisor that restarts it after a panic or an error (`supervise`). The
+//! limits live in the ZMTP decoder of the `zeromq` crate, so epp carries a
+//! patched fork of zeromq 0.6.0 in `vendor/zeromq` (`[patch.crates-io]`;
+//! `vendor/zeromq/README-EPP.md`): upstream, 0.7.0 included, reserves
+//! whatever length a peer declares (one 9-byte header aborted the process),
+//! buffers multipart messages without bound and parsed command frames with
+//! panicking indexing. A fork with a small marked patch beats the
+//! alternatives: no release fixes it, and the only other maintained ZMTP
+//! implementation (`zmq`) binds the C libzmq.
 
 mod frames;
 mod limits;
@@ -181,15 +195,14 @@ impl Subscriber {
         let attribution = Arc::new(ArcSwap::from_pointee(Attribution::new()));
         let mut central = None;
         if let Some(ep) = config.zmq_endpoint.as_deref().filter(|e| !e.is_empty()) {
-            let (sock, bound) =
-                socket::bind_central(ep, &config.topic_filter, &config.limits).await.inspect_err(|e| {
-                    if matches!(e, SubscriberError::Bind { .. }) {
-                        metrics.zmq_errors.with_label_values(&["bind"]).inc();
-                    }
-                })?;
-            tracing::info!(endpoint = %bound, "KV event central socket bound");
-            central = Some(bound.clone());
-            let run = socket::run_central(sock, bound, intake.clone(), attribution.clone(), cancel.clone());
+            let bound = socket::bind_central(ep, &config.topic_filter, &config.limits).await.inspect_err(|e| {
+                if matches!(e, SubscriberError::Bind { .. }) {
+                    metrics.zmq_errors.with_label_values(&["bind"]).inc();
+                }
+            })?;
+            tracing::info!(endpoint = %bound.bound, "KV event central socket bound");
+            central = Some(bound.bound.clone());
+            let run = socket::run_central(bound, intake.clone(), attribution.clone(), cancel.clone());
             tasks.push(tokio::spawn(run));
         }
         tasks.push(tokio::spawn(socket::run_manager(config, sources, intake.clone(), attribution, cancel.clone())));

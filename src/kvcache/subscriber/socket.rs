@@ -132,14 +132,22 @@ fn build_attribution(cfg: &SubscriberConfig, list: &[KvEventSource]) -> Attribut
     map
 }
 
+/// The central socket, its monitor (created before the bind, so no accepted peer is missed)
+/// and its resolved endpoint (port 0 resolved).
+pub struct Central {
+    sock: SubSocket,
+    monitor: Monitor,
+    /// Resolved endpoint, e.g. `tcp://127.0.0.1:40123`.
+    pub bound: String,
+}
+
+/// A socket's monitor stream.
+type Monitor = std::pin::Pin<Box<dyn tokio_stream::Stream<Item = SocketEvent> + Send>>;
+
 /// Creates the central SUB socket (with the wire limits), subscribes and binds it at `endpoint`.
-/// Returns the socket and the resolved endpoint (port 0 resolved).
-pub async fn bind_central(
-    endpoint: &str,
-    topic_filter: &str,
-    limits: &WireLimits,
-) -> Result<(SubSocket, String), SubscriberError> {
+pub async fn bind_central(endpoint: &str, topic_filter: &str, limits: &WireLimits) -> Result<Central, SubscriberError> {
     let mut sock = SubSocket::with_options(limits.socket_options());
+    let monitor: Monitor = Box::pin(sock.monitor());
     sock.subscribe(topic_filter)
         .await
         .map_err(|source| SubscriberError::Subscribe { filter: topic_filter.to_owned(), source })?;
@@ -147,34 +155,32 @@ pub async fn bind_central(
     let bind_at = endpoint.replacen("tcp://*:", "tcp://0.0.0.0:", 1);
     let bound =
         sock.bind(&bind_at).await.map_err(|source| SubscriberError::Bind { endpoint: endpoint.to_owned(), source })?;
-    Ok((sock, bound.to_string()))
+    Ok(Central { sock, monitor, bound: bound.to_string() })
 }
 
 /// Reads the central bound socket until cancelled, under supervision: a failed incarnation
-/// is replaced by a new socket bound at `bound` (the resolved address of `first`).
+/// is replaced by a new socket bound at the resolved address of `first`.
 pub async fn run_central(
-    first: SubSocket,
-    bound: String,
+    first: Central,
     intake: Arc<Intake>,
     attribution: Arc<ArcSwap<Attribution>>,
     cancel: CancellationToken,
 ) {
+    let bound = first.bound.clone();
     let mut first = Some(first);
     let (metrics, backoff) = (intake.metrics.clone(), intake.backoff);
     supervise("central", metrics, cancel.clone(), backoff, move |_| {
         let sock = first.take();
         let (bound, intake, attribution, cancel) = (bound.clone(), intake.clone(), attribution.clone(), cancel.clone());
         async move {
-            let mut sock = match sock {
+            let Central { mut sock, monitor, .. } = match sock {
                 Some(s) => s,
                 None => {
                     let rebound = bind_central(&bound, &intake.topic_filter, &intake.limits).await;
-                    rebound
-                        .map_err(|e| {
-                            intake.metrics.zmq_errors.with_label_values(&["bind"]).inc();
-                            format!("{e}: {}", std::error::Error::source(&e).map(|s| s.to_string()).unwrap_or_default())
-                        })?
-                        .0
+                    rebound.map_err(|e| {
+                        intake.metrics.zmq_errors.with_label_values(&["bind"]).inc();
+                        format!("{e}: {}", std::error::Error::source(&e).map(|s| s.to_string()).unwrap_or_default())
+                    })?
                 }
             };
             let _active = Active::new(&intake.metrics.active_subscribers);
@@ -183,7 +189,7 @@ pub async fn run_central(
                 attribution.load().get(&pod).cloned()
             };
             let on_message = |m| intake.accept(m, attribute);
-            read_until_cancelled(&mut sock, &intake, None, "connected", &cancel, on_message).await;
+            read_until_cancelled(&mut sock, monitor, &intake, None, "connected", &cancel, on_message).await;
             Ok(())
         }
     })
@@ -224,7 +230,8 @@ async fn run_source(dial: String, src: Source, intake: Arc<Intake>, cancel: Canc
     // The monitor starts after the first connect: any later `Connected` is a reconnection.
     let name = src.name.clone();
     let on_message = |m| intake.accept(m, |_| Some(src.clone()));
-    read_until_cancelled(&mut sock, &intake, Some(&name), "reconnected", &cancel, on_message).await;
+    let monitor: Monitor = Box::pin(sock.monitor());
+    read_until_cancelled(&mut sock, monitor, &intake, Some(&name), "reconnected", &cancel, on_message).await;
     Ok(())
 }
 
@@ -248,21 +255,24 @@ fn count_rejection(intake: &Intake, endpoint: Option<&str>, e: &zeromq::ZmqError
 /// (a peer dropped) are counted and survived.
 async fn read_until_cancelled(
     sock: &mut SubSocket,
+    mut monitor: Monitor,
     intake: &Intake,
     endpoint: Option<&str>,
     connected_as: &'static str,
     cancel: &CancellationToken,
     mut on_message: impl FnMut(zeromq::ZmqMessage),
 ) {
-    let mut monitor = sock.monitor();
     loop {
         let msg = tokio::select! {
             biased;
             _ = cancel.cancelled() => return,
             Some(e) = monitor.next() => {
-                if let SocketEvent::AcceptFailed(error) = &e {
-                    // A limit crossed during the handshake of an accepted connection.
-                    count_rejection(intake, endpoint, error);
+                if let SocketEvent::AcceptFailed(error) = &e
+                    && !count_rejection(intake, endpoint, error)
+                {
+                    // Handshake timeout, bad greeting, incompatible socket type, ...
+                    intake.metrics.zmq_errors.with_label_values(&["handshake"]).inc();
+                    tracing::debug!(error = %error, "KV event publisher handshake failed");
                 }
                 peer_event(&intake.metrics, endpoint, &e, connected_as);
                 continue;

@@ -63,7 +63,8 @@ pub async fn supervise<F, Fut>(
     Fut: Future<Output = Stopped> + Send + 'static,
 {
     let mut delay = backoff.initial;
-    for n in 0u32.. {
+    let mut n = 0u32;
+    loop {
         let started = Instant::now();
         let joined = tokio::spawn(incarnation(n)).await;
         if cancel.is_cancelled() {
@@ -95,6 +96,7 @@ pub async fn supervise<F, Fut>(
             return;
         }
         delay = (delay * 2).min(backoff.max);
+        n = n.wrapping_add(1);
     }
 }
 

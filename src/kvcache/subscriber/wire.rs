@@ -95,7 +95,12 @@ mod tests {
 
     #[test]
     fn declared_lengths_allocate_nothing_and_limits_drop_the_stream() {
-        let limits = WireLimits { max_frame_bytes: 1000, max_message_bytes: 1500, max_frames_per_message: 3 };
+        let limits = WireLimits {
+            max_frame_bytes: 1000,
+            max_message_bytes: 1500,
+            max_frames_per_message: 3,
+            ..Default::default()
+        };
         for declared in [u64::MAX, i64::MAX as u64, 64 << 30, 1001] {
             let mut header = vec![0x02];
             header.extend_from_slice(&declared.to_be_bytes());

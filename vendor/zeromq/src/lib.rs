@@ -282,9 +282,14 @@ pub trait Socket: Sized + Send {
             let cloned_backend = cloned_backend.clone();
             async move {
                 let result = match result {
-                    Ok((socket, endpoint)) => util::peer_connected(socket, cloned_backend.clone())
-                        .await
-                        .map(|peer_id| (endpoint, peer_id)),
+                    // EPP PATCH: an accepted peer that never completes the handshake is
+                    // dropped after `connect_timeout` instead of holding its connection forever.
+                    Ok((socket, endpoint)) => util::run_with_timeout(
+                        cloned_backend.socket_options().connect_timeout,
+                        util::peer_connected(socket, cloned_backend.clone()),
+                    )
+                    .await
+                    .map(|peer_id| (endpoint, peer_id)),
                     Err(e) => Err(e),
                 };
 

@@ -336,7 +336,12 @@ mod tests {
         let limits = params.derive().expect("derives").subscriber.limits;
         assert_eq!(
             limits,
-            WireLimits { max_frame_bytes: 1 << 20, max_message_bytes: 2 << 20, max_frames_per_message: 4 }
+            WireLimits {
+                max_frame_bytes: 1 << 20,
+                max_message_bytes: 2 << 20,
+                max_frames_per_message: 4,
+                ..WireLimits::default()
+            }
         );
         let params: Params = serde_yaml::from_str("kvEventsConfig: {maxMessageBytes: 0}").expect("parses");
         assert_eq!(params.derive().expect_err("zero").0, "kvEventsConfig.maxMessageBytes");
