@@ -253,7 +253,9 @@ impl App {
             if ready_store.snapshot().is_empty() {
                 return Err("no endpoints known".into());
             }
-            Ok(drift_details(&ready_registry))
+            let mut details = drift_details(&ready_registry);
+            details.extend(crate::kvcache::metrics::readiness_details(&ready_registry));
+            Ok(details)
         });
         tasks.spawn(crate::telemetry::admin::serve(admin, registry.clone(), ready, cancel.clone()));
         if let Some(path) = settings.endpoints_file.clone() {

@@ -2,136 +2,14 @@
 //! publishes recorded vLLM payloads to the real subscriber on 127.0.0.1, in
 //! central and pod-discovery modes, with restart, gap and replay.
 
-use std::net::{IpAddr, Ipv4Addr};
-use std::path::PathBuf;
+mod common;
+
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use bytes::Bytes;
-use epp::kvcache::decode::decode_batch;
-use epp::kvcache::events::KvEvent;
-use epp::kvcache::index::{IndexConfig, KeyMode, PrefixIndex};
-use epp::kvcache::keys::{RequestKeyer, request_keys};
-use epp::kvcache::metrics::KvCacheMetrics;
-use epp::kvcache::subscriber::{KvEventSource, Subscriber, SubscriberConfig, SubscriberHandle};
-use tokio::sync::watch;
-use tokio::time::timeout;
-use tokio_util::sync::CancellationToken;
-use zeromq::{PubSocket, RouterSocket, Socket, SocketRecv, SocketSend, ZmqMessage};
-
-const TOPIC: &str = "kv@127.0.0.1:8000@m";
-
-fn payload(i: usize) -> Bytes {
-    let p =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/kv_events/zmq/capture_payload_{i}.bin"));
-    Bytes::from(std::fs::read(p).expect("fixture"))
-}
-
-fn tokens(p: &Bytes) -> Vec<u32> {
-    decode_batch(p)
-        .expect("decodes")
-        .events
-        .into_iter()
-        .filter_map(|e| match e {
-            KvEvent::BlockStored(s) => Some(s.token_ids),
-            _ => None,
-        })
-        .flatten()
-        .collect()
-}
-
-fn index() -> Arc<PrefixIndex> {
-    Arc::new(PrefixIndex::new(IndexConfig {
-        key_mode: KeyMode::Request { keyer: RequestKeyer::default(), block_size: 16 },
-        ..IndexConfig::default()
-    }))
-}
-
-/// The index that applying `payloads` directly would give.
-fn reference(payloads: &[Bytes]) -> Arc<PrefixIndex> {
-    let idx = index();
-    for p in payloads {
-        idx.apply("pod-a", "m", &decode_batch(p).expect("decodes"));
-    }
-    idx
-}
-
-fn all_keys() -> Vec<u64> {
-    let mut t = tokens(&payload(0));
-    t.extend(tokens(&payload(1)));
-    request_keys("m", None, &t, 16)
-}
-
-fn blocks(idx: &PrefixIndex) -> usize {
-    idx.lookup(&all_keys()).first().map_or(0, |m| m.blocks)
-}
-
-fn source(kv_events_endpoint: Option<String>) -> KvEventSource {
-    KvEventSource {
-        name: "pod-a".into(),
-        address: IpAddr::V4(Ipv4Addr::LOCALHOST),
-        port: 8000,
-        rank: 0,
-        kv_events_endpoint,
-    }
-}
-
-fn msg(frames: Vec<Bytes>) -> ZmqMessage {
-    ZmqMessage::try_from(frames).expect("non-empty")
-}
-
-async fn publish(s: &mut PubSocket, topic: &str, seq: u64, p: Bytes) {
-    s.send(msg(vec![Bytes::from(topic.to_owned()), Bytes::copy_from_slice(&seq.to_be_bytes()), p]))
-        .await
-        .expect("send");
-}
-
-/// Sends malformed 2-frame probes until the subscriber sees one (slow joiner).
-async fn warm_up(s: &mut PubSocket, h: &SubscriberHandle) {
-    for _ in 0..200 {
-        s.send(msg(vec![Bytes::from_static(b"kv@probe"), Bytes::from_static(b"x")])).await.expect("send");
-        if timeout(Duration::from_millis(50), h.wait_received(1)).await.is_ok() {
-            return;
-        }
-    }
-    panic!("subscriber never received a probe");
-}
-
-/// Waits (bounded) until `cond` holds after a flush.
-async fn wait_for(h: &SubscriberHandle, what: &str, cond: impl Fn() -> bool) {
-    for _ in 0..100 {
-        h.flush().await;
-        if cond() {
-            // Everything that arrived before `cond` held is applied after this.
-            h.flush().await;
-            return;
-        }
-        let seen = h.received();
-        let _ = timeout(Duration::from_millis(50), h.wait_received(seen + 1)).await;
-    }
-    panic!("timed out waiting for {what}");
-}
-
-fn data_msgs(m: &KvCacheMetrics) -> u64 {
-    m.messages_received.get() - m.malformed_messages.get()
-}
-
-struct Setup {
-    index: Arc<PrefixIndex>,
-    metrics: Arc<KvCacheMetrics>,
-    handle: SubscriberHandle,
-    sources: watch::Sender<Vec<KvEventSource>>,
-    cancel: CancellationToken,
-}
-
-async fn start(cfg: SubscriberConfig, src: KvEventSource) -> Setup {
-    let index = index();
-    let metrics = Arc::new(KvCacheMetrics::register(&prometheus::Registry::new()).expect("metrics"));
-    let (sources, rx) = watch::channel(vec![src]);
-    let cancel = CancellationToken::new();
-    let handle = Subscriber::spawn(cfg, index.clone(), metrics.clone(), None, rx, cancel.clone()).await.expect("spawn");
-    Setup { index, metrics, handle, sources, cancel }
-}
+use common::kv::*;
+use epp::kvcache::subscriber::SubscriberConfig;
+use zeromq::{PubSocket, RouterSocket, Socket, SocketRecv, SocketSend};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn central_mode_topics_restart_gap_and_removal() {
@@ -275,7 +153,9 @@ async fn replay_client_accepts_pre_026_three_frame_replies() {
             router.send(msg(end)).await.expect("end");
         }
     });
-    let got = epp::kvcache::subscriber::fetch_replay(&ep, 1, 3, Default::default()).await.expect("replay");
+    let got = epp::kvcache::subscriber::fetch_replay(&ep, 1, 3, Default::default(), &Default::default())
+        .await
+        .expect("replay");
     assert_eq!(got.iter().map(|(s, _)| *s).collect::<Vec<_>>(), [1, 2]);
     assert_eq!(got[0].1, payload(0));
 }

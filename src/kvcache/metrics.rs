@@ -33,13 +33,22 @@ pub struct KvCacheMetrics {
     pub replays: IntCounterVec,
     /// `epp_kv_endpoint_clears_total{reason}` (all_blocks_cleared, restart, gap, removed).
     pub clears: IntCounterVec,
-    /// `epp_kv_zmq_errors_total{operation}` (bind, connect, recv, replay).
+    /// `epp_kv_zmq_errors_total{operation}` (bind, connect, handshake, recv, replay).
     pub zmq_errors: IntCounterVec,
     /// `epp_kv_peer_events_total{event}` (connected, reconnected, disconnected): publisher
     /// connections seen by the SUB sockets (the `zeromq` crate reconnects by itself).
     pub peer_events: IntCounterVec,
-    /// `epp_kv_active_subscribers`: live SUB sockets.
+    /// `epp_kv_active_subscribers`: SUB sockets with a running receive task (bound, or
+    /// connected at least once); a task that stopped or panicked no longer counts.
     pub active_subscribers: IntGauge,
+    /// `epp_kv_rejected_frames_total{reason}` (frame_too_large, message_too_large,
+    /// too_many_frames): publisher connections dropped for crossing a wire limit.
+    pub rejected_frames: IntCounterVec,
+    /// `epp_kv_receiver_restarts_total{task, cause}` (task = central | pod; cause = panic |
+    /// error | exit): receive tasks restarted by their supervisor.
+    pub receiver_restarts: IntCounterVec,
+    /// `epp_kv_receivers_down`: receive tasks that failed and wait for their restart.
+    pub receivers_down: IntGauge,
     /// `epp_kv_index_entries`: (block, endpoint, tier) entries.
     pub index_entries: IntGauge,
     /// `epp_kv_index_bytes`: approximate index heap bytes.
@@ -97,7 +106,24 @@ impl KvCacheMetrics {
                 "Publisher connections by event (connected, reconnected, disconnected)",
                 &["event"],
             )?,
-            active_subscribers: reg(r, IntGauge::new("epp_kv_active_subscribers", "Live SUB sockets")?)?,
+            active_subscribers: reg(
+                r,
+                IntGauge::new("epp_kv_active_subscribers", "SUB sockets with a running receive task")?,
+            )?,
+            rejected_frames: counter_vec(
+                "epp_kv_rejected_frames_total",
+                "Publisher connections dropped for crossing a wire limit, by reason",
+                &["reason"],
+            )?,
+            receiver_restarts: counter_vec(
+                "epp_kv_receiver_restarts_total",
+                "KV-event receive tasks restarted after a panic, an error or an unexpected exit",
+                &["task", "cause"],
+            )?,
+            receivers_down: reg(
+                r,
+                IntGauge::new("epp_kv_receivers_down", "KV-event receive tasks waiting for a restart")?,
+            )?,
             index_entries: reg(r, IntGauge::new("epp_kv_index_entries", "(block, endpoint, tier) entries")?)?,
             index_bytes: reg(r, IntGauge::new("epp_kv_index_bytes", "Approximate index heap bytes")?)?,
             index_evictions: reg(r, IntGauge::new("epp_kv_index_evictions", "Keys evicted for capacity")?)?,
@@ -203,6 +229,38 @@ impl KvCacheMetrics {
     }
 }
 
+/// `/readyz` detail lines about the KV-event transport, read from `registry` (empty when all is
+/// well). Informational: KV events only improve routing, so their trouble never fails
+/// readiness (a hostile publisher must not be able to take epp out of rotation).
+pub fn readiness_details(registry: &Registry) -> Vec<String> {
+    let families = registry.gather();
+    let values = |name: &str| -> Vec<(String, f64)> {
+        let Some(family) = families.iter().find(|f| f.name() == name) else { return Vec::new() };
+        let counter = family.get_field_type() == prometheus::proto::MetricType::COUNTER;
+        family
+            .get_metric()
+            .iter()
+            .map(|m| {
+                let labels: Vec<String> = m.get_label().iter().map(|l| format!("{}={}", l.name(), l.value())).collect();
+                let v = if counter { m.get_counter().get_value() } else { m.get_gauge().get_value() };
+                (labels.join(","), v)
+            })
+            .filter(|(_, v)| *v > 0.0)
+            .collect()
+    };
+    let mut out = Vec::new();
+    for (_, down) in values("epp_kv_receivers_down") {
+        out.push(format!("kv-events: {down} receive task(s) down, restarting (see epp_kv_receiver_restarts_total)"));
+    }
+    for (labels, n) in values("epp_kv_receiver_restarts_total") {
+        out.push(format!("kv-events: receive task restarted {n} time(s) ({labels})"));
+    }
+    for (labels, n) in values("epp_kv_rejected_frames_total") {
+        out.push(format!("kv-events: {n} publisher connection(s) dropped for crossing a wire limit ({labels})"));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -224,5 +282,20 @@ mod tests {
         assert!(m.timed_lookup(&idx, &[1, 2]).is_empty());
         assert_eq!(m.lookup_blocks.get(), 10);
         assert!(r.gather().iter().any(|f| f.name() == "epp_kv_prefix_hit_ratio"));
+    }
+
+    #[test]
+    fn readiness_details_name_transport_trouble() {
+        let r = Registry::new();
+        let m = KvCacheMetrics::register(&r).expect("register");
+        assert!(readiness_details(&r).is_empty());
+        m.rejected_frames.with_label_values(&["frame_too_large"]).inc();
+        m.receiver_restarts.with_label_values(&["central", "panic"]).inc();
+        m.receivers_down.set(1);
+        let d = readiness_details(&r);
+        assert_eq!(d.len(), 3, "{d:?}");
+        assert!(d[0].contains("1 receive task(s) down"), "{d:?}");
+        assert!(d[1].contains("cause=panic,task=central"), "{d:?}");
+        assert!(d[2].contains("reason=frame_too_large"), "{d:?}");
     }
 }

@@ -14,31 +14,49 @@
 //! endpoint name, which decode, check sequences, replay gaps over DEALER
 //! ([`replay`]) and apply. [`SubscriberHandle::flush`] is a barrier for tests
 //! and shutdown. Does not own the index or the endpoint list.
+//!
+//! Hostile peers: every socket enforces [`WireLimits`] (`maxFrameBytes`,
+//! `maxMessageBytes`, `maxFramesPerMessage`) before anything is allocated for
+//! a frame, drops only the offending connection and counts it
+//! (`epp_kv_rejected_frames_total`); every receive task runs under a
+//! supervisor that restarts it after a panic or an error (`supervise`). The
+//! limits live in the ZMTP decoder of the `zeromq` crate, so epp carries a
+//! patched fork of zeromq 0.6.0 in `vendor/zeromq` (`[patch.crates-io]`;
+//! `vendor/zeromq/README-EPP.md`): upstream, 0.7.0 included, reserves
+//! whatever length a peer declares (one 9-byte header aborted the process),
+//! buffers multipart messages without bound and parsed command frames with
+//! panicking indexing. A fork with a small marked patch beats the
+//! alternatives: no release fixes it, and the only other maintained ZMTP
+//! implementation (`zmq`) binds the C libzmq.
 
 mod frames;
+mod limits;
 mod replay;
 mod socket;
+mod supervise;
+mod wire;
 mod worker;
 
 pub use frames::{FrameError, Frames, Topic, parse as parse_frames, topic as parse_topic};
+pub use limits::{DEFAULT_MAX_BYTES, DEFAULT_MAX_FRAMES, WireLimits};
 pub use replay::{ReplayError, ReplayTimeouts, fetch as fetch_replay};
+pub use wire::{DecodeSummary, decode_stream as decode_zmtp_stream};
 
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
-use tokio::sync::{Mutex, Notify, mpsc, oneshot, watch};
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
-use zeromq::{Socket, SubSocket};
-
 use self::socket::{Attribution, Intake};
+use self::supervise::Backoff;
 use self::worker::{Job, WorkerDeps};
 use super::drift::DriftDetector;
 use super::index::PrefixIndex;
 use super::metrics::KvCacheMetrics;
+use arc_swap::ArcSwap;
+use tokio::sync::{Mutex, Notify, mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 /// Subscriber settings (llm-d `kvEventsConfig` + `podDiscoveryConfig`).
 #[derive(Debug, Clone)]
@@ -63,6 +81,9 @@ pub struct SubscriberConfig {
     pub reconnect_max: Duration,
     /// Replay timeouts.
     pub replay_timeouts: ReplayTimeouts,
+    /// Frame, message and frame-count bounds of every KV-event socket (`maxFrameBytes`,
+    /// `maxMessageBytes`, `maxFramesPerMessage`).
+    pub limits: WireLimits,
 }
 
 impl Default for SubscriberConfig {
@@ -78,6 +99,7 @@ impl Default for SubscriberConfig {
             reconnect_initial: Duration::from_millis(100),
             reconnect_max: Duration::from_secs(5),
             replay_timeouts: ReplayTimeouts::default(),
+            limits: WireLimits::default(),
         }
     }
 }
@@ -146,6 +168,7 @@ impl Subscriber {
             metrics: metrics.clone(),
             drift,
             replay_timeouts: config.replay_timeouts,
+            limits: config.limits,
         };
         let mut tasks = Vec::new();
         let mut jobs = Vec::new();
@@ -166,24 +189,21 @@ impl Subscriber {
             received: AtomicU64::new(0),
             notify: Notify::new(),
             topic_filter: config.topic_filter.clone(),
+            limits: config.limits,
+            backoff: Backoff { initial: config.reconnect_initial, max: config.reconnect_max },
         });
         let attribution = Arc::new(ArcSwap::from_pointee(Attribution::new()));
         let mut central = None;
         if let Some(ep) = config.zmq_endpoint.as_deref().filter(|e| !e.is_empty()) {
-            let mut sock = SubSocket::new();
-            sock.subscribe(&config.topic_filter)
-                .await
-                .map_err(|source| SubscriberError::Subscribe { filter: config.topic_filter.clone(), source })?;
-            // The zeromq crate does not accept libzmq's `*` wildcard host.
-            let bind_at = ep.replacen("tcp://*:", "tcp://0.0.0.0:", 1);
-            let bound = sock.bind(&bind_at).await.map_err(|source| {
-                metrics.zmq_errors.with_label_values(&["bind"]).inc();
-                SubscriberError::Bind { endpoint: ep.to_owned(), source }
+            let bound = socket::bind_central(ep, &config.topic_filter, &config.limits).await.inspect_err(|e| {
+                if matches!(e, SubscriberError::Bind { .. }) {
+                    metrics.zmq_errors.with_label_values(&["bind"]).inc();
+                }
             })?;
-            tracing::info!(endpoint = %bound, "KV event central socket bound");
-            central = Some(bound.to_string());
-            metrics.active_subscribers.inc();
-            tasks.push(tokio::spawn(socket::run_central(sock, intake.clone(), attribution.clone(), cancel.clone())));
+            tracing::info!(endpoint = %bound.bound, "KV event central socket bound");
+            central = Some(bound.bound.clone());
+            let run = socket::run_central(bound, intake.clone(), attribution.clone(), cancel.clone());
+            tasks.push(tokio::spawn(run));
         }
         tasks.push(tokio::spawn(socket::run_manager(config, sources, intake.clone(), attribution, cancel.clone())));
         Ok(SubscriberHandle { intake, index, central, cancel, tasks: Mutex::new(tasks) })

@@ -5,7 +5,8 @@
 //! (seq `0xFFFF…FF` or an empty payload): `["", topic, seq, payload]` from
 //! vLLM 0.26+, `["", seq, payload]` before. Batches at or beyond `until`
 //! (the live seq that revealed the gap) are not needed. Bounded by an
-//! overall and a per-reply idle timeout.
+//! overall and a per-reply idle timeout, and by the same [`WireLimits`] as the
+//! SUB sockets (the replay peer is no more trusted than the publisher).
 
 use std::time::Duration;
 
@@ -14,6 +15,7 @@ use tokio::time::{Instant, timeout};
 use zeromq::{DealerSocket, Socket, SocketRecv, SocketSend, ZmqMessage};
 
 use super::frames::seq_of;
+use super::limits::WireLimits;
 
 /// End-of-replay sequence number.
 const END_SEQ: u64 = u64::MAX;
@@ -52,9 +54,15 @@ impl Default for ReplayTimeouts {
 }
 
 /// Fetches batches `from..until` (whatever the publisher still buffers), oldest first.
-pub async fn fetch(endpoint: &str, from: u64, until: u64, t: ReplayTimeouts) -> Result<Vec<(u64, Bytes)>, ReplayError> {
+pub async fn fetch(
+    endpoint: &str,
+    from: u64,
+    until: u64,
+    t: ReplayTimeouts,
+    limits: &WireLimits,
+) -> Result<Vec<(u64, Bytes)>, ReplayError> {
     let deadline = Instant::now() + t.overall;
-    let mut sock = DealerSocket::new();
+    let mut sock = DealerSocket::with_options(limits.socket_options());
     match timeout(t.overall, sock.connect(endpoint)).await {
         Err(_) => return Err(ReplayError::Timeout),
         Ok(r) => r.map_err(|source| ReplayError::Zmq { operation: "connect", source })?,

@@ -3,7 +3,10 @@
 //!
 //! Readers turn frames into [`Envelope`]s and hand them to the worker queues
 //! with `try_send` (a full queue drops and counts; the worker later sees the
-//! sequence gap). Per-peer receive errors are counted and survived. A
+//! sequence gap). Per-peer receive errors drop only that peer and are counted
+//! (`epp_kv_rejected_frames_total` when a [`WireLimits`] bound was crossed).
+//! Every reader runs under [`supervise`], so a panic or an unexpected stop
+//! restarts it (the central socket is bound again at the same address). A
 //! connecting socket retries its first connect with exponential backoff;
 //! afterwards the `zeromq` crate reconnects by itself, and a publisher that
 //! restarted shows up as a sequence restart. Each socket's monitor feeds
@@ -13,7 +16,6 @@ use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use tokio::sync::{Notify, mpsc, watch};
@@ -23,8 +25,10 @@ use tokio_util::sync::CancellationToken;
 use zeromq::{Socket, SocketEvent, SocketRecv, SubSocket};
 
 use super::frames::{self, pod_address, topic};
+use super::limits::{WireLimits, rejection_reason};
+use super::supervise::{Active, Backoff, Stopped, supervise};
 use super::worker::{Envelope, Job, shard_of};
-use super::{KvEventSource, SubscriberConfig};
+use super::{KvEventSource, SubscriberConfig, SubscriberError};
 use crate::kvcache::metrics::KvCacheMetrics;
 
 /// Queues into the workers plus the received-message counter behind `flush`.
@@ -35,6 +39,10 @@ pub struct Intake {
     pub received: AtomicU64,
     pub notify: Notify,
     pub topic_filter: String,
+    /// Wire limits of every SUB socket.
+    pub limits: WireLimits,
+    /// Restart and reconnect delays.
+    pub backoff: Backoff,
 }
 
 impl Intake {
@@ -124,41 +132,86 @@ fn build_attribution(cfg: &SubscriberConfig, list: &[KvEventSource]) -> Attribut
     map
 }
 
-/// Reads the central bound socket until cancelled.
+/// The central socket, its monitor (created before the bind, so no accepted peer is missed)
+/// and its resolved endpoint (port 0 resolved).
+pub struct Central {
+    sock: SubSocket,
+    monitor: Monitor,
+    /// Resolved endpoint, e.g. `tcp://127.0.0.1:40123`.
+    pub bound: String,
+}
+
+/// A socket's monitor stream.
+type Monitor = std::pin::Pin<Box<dyn tokio_stream::Stream<Item = SocketEvent> + Send>>;
+
+/// Creates the central SUB socket (with the wire limits), subscribes and binds it at `endpoint`.
+pub async fn bind_central(endpoint: &str, topic_filter: &str, limits: &WireLimits) -> Result<Central, SubscriberError> {
+    let mut sock = SubSocket::with_options(limits.socket_options());
+    let monitor: Monitor = Box::pin(sock.monitor());
+    sock.subscribe(topic_filter)
+        .await
+        .map_err(|source| SubscriberError::Subscribe { filter: topic_filter.to_owned(), source })?;
+    // The zeromq crate does not accept libzmq's `*` wildcard host.
+    let bind_at = endpoint.replacen("tcp://*:", "tcp://0.0.0.0:", 1);
+    let bound =
+        sock.bind(&bind_at).await.map_err(|source| SubscriberError::Bind { endpoint: endpoint.to_owned(), source })?;
+    Ok(Central { sock, monitor, bound: bound.to_string() })
+}
+
+/// Reads the central bound socket until cancelled, under supervision: a failed incarnation
+/// is replaced by a new socket bound at the resolved address of `first`.
 pub async fn run_central(
-    mut sock: SubSocket,
+    first: Central,
     intake: Arc<Intake>,
     attribution: Arc<ArcSwap<Attribution>>,
     cancel: CancellationToken,
 ) {
-    let attribute = |f: &frames::Frames| {
-        let pod = pod_address(topic(&f.topic).pod)?;
-        attribution.load().get(&pod).cloned()
-    };
-    read_until_cancelled(&mut sock, &intake, None, "connected", &cancel, |m| intake.accept(m, attribute)).await;
-    intake.metrics.active_subscribers.dec();
+    let bound = first.bound.clone();
+    let mut first = Some(first);
+    let (metrics, backoff) = (intake.metrics.clone(), intake.backoff);
+    supervise("central", metrics, cancel.clone(), backoff, move |_| {
+        let sock = first.take();
+        let (bound, intake, attribution, cancel) = (bound.clone(), intake.clone(), attribution.clone(), cancel.clone());
+        async move {
+            let Central { mut sock, monitor, .. } = match sock {
+                Some(s) => s,
+                None => {
+                    let rebound = bind_central(&bound, &intake.topic_filter, &intake.limits).await;
+                    rebound.map_err(|e| {
+                        intake.metrics.zmq_errors.with_label_values(&["bind"]).inc();
+                        format!("{e}: {}", std::error::Error::source(&e).map(|s| s.to_string()).unwrap_or_default())
+                    })?
+                }
+            };
+            let _active = Active::new(&intake.metrics.active_subscribers);
+            let attribute = |f: &frames::Frames| {
+                let pod = pod_address(topic(&f.topic).pod)?;
+                attribution.load().get(&pod).cloned()
+            };
+            let on_message = |m| intake.accept(m, attribute);
+            read_until_cancelled(&mut sock, monitor, &intake, None, "connected", &cancel, on_message).await;
+            Ok(())
+        }
+    })
+    .await;
 }
 
-/// Connects to one endpoint's publisher and reads it until cancelled.
-async fn run_source(
-    dial: String,
-    src: Source,
-    intake: Arc<Intake>,
-    backoff: (Duration, Duration),
-    cancel: CancellationToken,
-) {
-    let mut delay = backoff.0;
+/// Connects to one endpoint's publisher and reads it until cancelled (one incarnation).
+async fn run_source(dial: String, src: Source, intake: Arc<Intake>, cancel: CancellationToken) -> Stopped {
+    let (initial, max) = (intake.backoff.initial, intake.backoff.max);
+    let mut delay = initial;
     let mut failures = 0u32;
     let mut sock = loop {
-        let mut s = SubSocket::new();
+        let mut s = SubSocket::with_options(intake.limits.socket_options());
         let connected = tokio::select! {
-            _ = cancel.cancelled() => return,
+            _ = cancel.cancelled() => return Ok(()),
             r = async { s.subscribe(&intake.topic_filter).await?; s.connect(&dial).await } => r,
         };
         match connected {
             Ok(()) => break s,
             Err(e) => {
                 intake.metrics.zmq_errors.with_label_values(&["connect"]).inc();
+                count_rejection(&intake, Some(&src.name), &e);
                 if failures == 0 {
                     tracing::warn!(endpoint = %src.name, dial, error = %e, "KV event publisher not reachable; retrying");
                 }
@@ -166,19 +219,35 @@ async fn run_source(
             }
         }
         tokio::select! {
-            _ = cancel.cancelled() => return,
+            _ = cancel.cancelled() => return Ok(()),
             _ = tokio::time::sleep(delay) => {}
         }
-        delay = (delay * 2).min(backoff.1);
+        delay = (delay * 2).min(max);
     };
     tracing::info!(endpoint = %src.name, dial, "KV event subscriber connected");
-    intake.metrics.active_subscribers.inc();
+    let _active = Active::new(&intake.metrics.active_subscribers);
     intake.metrics.peer_events.with_label_values(&["connected"]).inc();
     // The monitor starts after the first connect: any later `Connected` is a reconnection.
     let name = src.name.clone();
     let on_message = |m| intake.accept(m, |_| Some(src.clone()));
-    read_until_cancelled(&mut sock, &intake, Some(&name), "reconnected", &cancel, on_message).await;
-    intake.metrics.active_subscribers.dec();
+    let monitor: Monitor = Box::pin(sock.monitor());
+    read_until_cancelled(&mut sock, monitor, &intake, Some(&name), "reconnected", &cancel, on_message).await;
+    Ok(())
+}
+
+/// Counts a receive or handshake error that crossed a wire limit (the peer was dropped).
+/// Warns on the first drop of each reason, then logs at debug level: a hostile peer that
+/// reconnects in a loop must not flood the log.
+fn count_rejection(intake: &Intake, endpoint: Option<&str>, e: &zeromq::ZmqError) -> bool {
+    let Some(reason) = rejection_reason(e) else { return false };
+    let counter = intake.metrics.rejected_frames.with_label_values(&[reason]);
+    if counter.get() == 0 {
+        tracing::warn!(endpoint, reason, error = %e, "KV event publisher dropped: wire limit crossed");
+    } else {
+        tracing::debug!(endpoint, reason, error = %e, "KV event publisher dropped: wire limit crossed");
+    }
+    counter.inc();
+    true
 }
 
 /// Reads `sock` until `cancel`: messages go to `on_message`, the socket monitor's events to
@@ -186,18 +255,25 @@ async fn run_source(
 /// (a peer dropped) are counted and survived.
 async fn read_until_cancelled(
     sock: &mut SubSocket,
+    mut monitor: Monitor,
     intake: &Intake,
     endpoint: Option<&str>,
     connected_as: &'static str,
     cancel: &CancellationToken,
     mut on_message: impl FnMut(zeromq::ZmqMessage),
 ) {
-    let mut monitor = sock.monitor();
     loop {
         let msg = tokio::select! {
             biased;
             _ = cancel.cancelled() => return,
             Some(e) = monitor.next() => {
+                if let SocketEvent::AcceptFailed(error) = &e
+                    && !count_rejection(intake, endpoint, error)
+                {
+                    // Handshake timeout, bad greeting, incompatible socket type, ...
+                    intake.metrics.zmq_errors.with_label_values(&["handshake"]).inc();
+                    tracing::debug!(error = %error, "KV event publisher handshake failed");
+                }
                 peer_event(&intake.metrics, endpoint, &e, connected_as);
                 continue;
             }
@@ -206,8 +282,10 @@ async fn read_until_cancelled(
         match msg {
             Ok(m) => on_message(m),
             Err(e) => {
-                intake.metrics.zmq_errors.with_label_values(&["recv"]).inc();
-                tracing::debug!(endpoint, error = %e, "KV event receive error (peer dropped)");
+                if !count_rejection(intake, endpoint, &e) {
+                    intake.metrics.zmq_errors.with_label_values(&["recv"]).inc();
+                    tracing::debug!(endpoint, error = %e, "KV event receive error (peer dropped)");
+                }
             }
         }
     }
@@ -273,8 +351,11 @@ pub async fn run_manager(
                 }
                 let src = Source { name: s.name.clone(), rank: u32::from(s.rank), replay: replay_url(&cfg, s) };
                 let child = cancel.child_token();
-                let backoff = (cfg.reconnect_initial, cfg.reconnect_max);
-                let task = tokio::spawn(run_source(dial.clone(), src, intake.clone(), backoff, child.clone()));
+                let (metrics, backoff) = (intake.metrics.clone(), intake.backoff);
+                let (d, i, c) = (dial.clone(), intake.clone(), child.clone());
+                let task = tokio::spawn(supervise("pod", metrics, child.clone(), backoff, move |_| {
+                    run_source(d.clone(), src.clone(), i.clone(), c.clone())
+                }));
                 readers.insert(k, Reader { dial, cancel: child, task });
             }
         }

@@ -15,6 +15,7 @@ use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 
 use super::frames::topic;
+use super::limits::WireLimits;
 use super::replay::{self, ReplayTimeouts};
 use crate::kvcache::decode::{DecodeError, decode_batch};
 use crate::kvcache::drift::DriftDetector;
@@ -58,6 +59,8 @@ pub struct WorkerDeps {
     pub metrics: Arc<KvCacheMetrics>,
     pub drift: Option<Arc<DriftDetector>>,
     pub replay_timeouts: ReplayTimeouts,
+    /// Wire limits of the replay DEALER (a replay peer is as untrusted as a publisher).
+    pub limits: WireLimits,
 }
 
 /// Worker index of an endpoint: FNV-1a 32 of the name.
@@ -133,7 +136,7 @@ impl Worker {
 
     async fn replay(&mut self, env: &Envelope, addr: &str, from: u64) {
         let m = self.deps.metrics.clone();
-        let batches = match replay::fetch(addr, from, env.seq, self.deps.replay_timeouts).await {
+        let batches = match replay::fetch(addr, from, env.seq, self.deps.replay_timeouts, &self.deps.limits).await {
             Ok(b) => b,
             Err(e) => {
                 m.replays.with_label_values(&["failed"]).inc();

@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::kvcache::index::{IndexConfig, KeyMode, TierWeights};
+use crate::kvcache::subscriber::WireLimits;
 use crate::kvcache::{DriftConfig, HashAlgo, RequestKeyAlgo, RequestKeyer, SubscriberConfig, VllmHasher, VllmVersion};
 
 /// Top-level parameters.
@@ -109,6 +110,12 @@ pub struct KvEventsConfig {
     pub discover_pods: Option<bool>,
     /// Pod-discovery ports.
     pub pod_discovery_config: PodDiscoveryConfig,
+    /// epp extension: largest ZMTP frame a publisher may send, in bytes (default 64 MiB).
+    pub max_frame_bytes: Option<usize>,
+    /// epp extension: largest multipart message, in bytes (default 64 MiB).
+    pub max_message_bytes: Option<usize>,
+    /// epp extension: most frames in one multipart message (default 8).
+    pub max_frames_per_message: Option<usize>,
 }
 
 impl Default for KvEventsConfig {
@@ -120,6 +127,9 @@ impl Default for KvEventsConfig {
             engine_type: String::new(),
             discover_pods: None,
             pod_discovery_config: PodDiscoveryConfig::default(),
+            max_frame_bytes: None,
+            max_message_bytes: None,
+            max_frames_per_message: None,
         }
     }
 }
@@ -255,6 +265,24 @@ impl Params {
             ));
         }
         let central = Some(ev.zmq_endpoint.clone()).filter(|e| !e.is_empty());
+        let defaults = WireLimits::default();
+        let mut limits = defaults;
+        for (name, value, default, field) in [
+            ("maxFrameBytes", ev.max_frame_bytes, defaults.max_frame_bytes, &mut limits.max_frame_bytes),
+            ("maxMessageBytes", ev.max_message_bytes, defaults.max_message_bytes, &mut limits.max_message_bytes),
+            (
+                "maxFramesPerMessage",
+                ev.max_frames_per_message,
+                defaults.max_frames_per_message,
+                &mut limits.max_frames_per_message,
+            ),
+        ] {
+            *field = match value {
+                Some(0) => return Err((format!("kvEventsConfig.{name}"), "must be at least 1".into())),
+                Some(v) => v,
+                None => default,
+            };
+        }
         let subscriber = SubscriberConfig {
             zmq_endpoint: central.clone(),
             topic_filter: ev.topic_filter.clone(),
@@ -263,6 +291,7 @@ impl Params {
             discover_pods: ev.discover_pods.unwrap_or(central.is_none()),
             socket_port: ev.pod_discovery_config.socket_port,
             replay_socket_port: Some(ev.pod_discovery_config.replay_socket_port).filter(|p| *p > 0),
+            limits,
             ..SubscriberConfig::default()
         };
         let ttl = match self.speculative_ttl.as_deref().map(str::trim) {
@@ -297,5 +326,24 @@ mod tests {
         }
         let (path, _) = derive(true, Some("soon")).expect_err("bad duration");
         assert_eq!(path, "speculativeTTL");
+    }
+
+    #[test]
+    fn wire_limits_default_and_override() {
+        assert_eq!(derive(false, None).expect("defaults").subscriber.limits, WireLimits::default());
+        let yaml = "kvEventsConfig: {maxFrameBytes: 1048576, maxMessageBytes: 2097152, maxFramesPerMessage: 4}";
+        let params: Params = serde_yaml::from_str(yaml).expect("parses");
+        let limits = params.derive().expect("derives").subscriber.limits;
+        assert_eq!(
+            limits,
+            WireLimits {
+                max_frame_bytes: 1 << 20,
+                max_message_bytes: 2 << 20,
+                max_frames_per_message: 4,
+                ..WireLimits::default()
+            }
+        );
+        let params: Params = serde_yaml::from_str("kvEventsConfig: {maxMessageBytes: 0}").expect("parses");
+        assert_eq!(params.derive().expect_err("zero").0, "kvEventsConfig.maxMessageBytes");
     }
 }
