@@ -25,6 +25,7 @@ use hyper_util::rt::TokioIo;
 use prost_types::value::Kind;
 use tokio::net::TcpListener;
 pub mod kube;
+pub mod process;
 
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
