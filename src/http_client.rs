@@ -80,12 +80,12 @@ pub enum ServerCheck {
 /// Errors when verification is asked for and no trusted certificate is available.
 pub fn client_tls(check: &ServerCheck) -> Result<ClientConfig, String> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = ClientConfig::builder_with_provider(provider.clone())
+    let builder = ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| format!("TLS: {e}"))?;
     let config = match check {
         ServerCheck::SkipVerify => {
-            builder.dangerous().with_custom_certificate_verifier(Arc::new(AnyServer(provider))).with_no_client_auth()
+            builder.dangerous().with_custom_certificate_verifier(any_server_verifier()).with_no_client_auth()
         }
         ServerCheck::Verify { extra_roots_pem } => {
             use rustls::pki_types::CertificateDer;
@@ -107,6 +107,12 @@ pub fn client_tls(check: &ServerCheck) -> Result<ClientConfig, String> {
         }
     };
     Ok(config)
+}
+
+/// The verifier of [`ServerCheck::SkipVerify`] (ring provider), for callers building their own
+/// rustls config.
+pub fn any_server_verifier() -> Arc<dyn rustls::client::danger::ServerCertVerifier> {
+    Arc::new(AnyServer(Arc::new(rustls::crypto::ring::default_provider())))
 }
 
 /// Accepts every server certificate but still checks that the server holds its key.
