@@ -17,26 +17,27 @@ use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::server::TcpIncoming;
-use tonic_health::ServingStatus;
 use tracing::{info, warn};
 
 use crate::config::{self, LoadedConfig};
 use crate::endpoints::discovery::{load_endpoints_file_bytes, watch_endpoints_file};
+use crate::endpoints::scrape_flags::ScrapeFlags;
 use crate::endpoints::scraper::{ScrapeConfig, ScrapeMetrics, run_scrapers};
 use crate::endpoints::served_models::{ModelsConfig, run_models_pollers};
 use crate::endpoints::store::EndpointStore;
 use crate::endpoints::vllm_metrics::{BUILTIN_ENGINES, builtin_engine};
 use crate::extproc::service::{ExtProcOptions, ExtProcService, Shared};
+use crate::extproc::streams::StreamTracker;
 use crate::flowcontrol::FlowController;
 use crate::flowcontrol::metrics::FlowControlMetrics;
+use crate::health::HealthState;
 use crate::plugins::registry::{BuildContext, PluginMetrics, builtin};
 use crate::plugins::{BackgroundService, ServiceContext};
 use crate::proto::ext_proc::external_processor_server::ExternalProcessorServer;
 use crate::scheduling::metrics::SchedulerMetrics;
 use crate::telemetry::metrics::RequestMetrics;
 
-/// gRPC service name of ext_proc (also a health service name).
-pub const EXT_PROC_SERVICE: &str = "envoy.service.ext_proc.v3.ExternalProcessor";
+pub use crate::health::EXT_PROC_SERVICE;
 
 /// Everything the app needs to start.
 #[derive(Clone, Debug)]
@@ -71,6 +72,16 @@ pub struct Settings {
     pub objectives: HashMap<String, i32>,
     /// Kubernetes access and the InferencePool to follow (`--pool-name`).
     pub kubernetes: Option<KubeSettings>,
+    /// Largest gRPC message sent; `None` = unlimited.
+    pub grpc_max_send_bytes: Option<usize>,
+    /// TLS options of the ext_proc port (its `cert_path` is taken from [`Settings::cert_path`]).
+    pub tls: crate::tls::TlsOptions,
+    /// The Go EPPs' scrape flags (metric names, scheme, path, port).
+    pub scrape_flags: ScrapeFlags,
+    /// `--refresh-prometheus-metrics-interval` (pool-level gauges).
+    pub refresh_prometheus_metrics_interval: Duration,
+    /// `--enable-grpc-stream-metrics`.
+    pub grpc_stream_metrics: bool,
 }
 
 /// Kubernetes settings of the app.
@@ -82,6 +93,9 @@ pub struct KubeSettings {
     pub namespace: String,
     /// The pool whose pods become endpoints; `None` = Kubernetes only for plugins.
     pub pool: Option<crate::k8s::pool::PoolRef>,
+    /// Standalone mode (`--endpoint-selector`): pods of `namespace` matching this selector,
+    /// one endpoint per target port.
+    pub standalone: Option<crate::k8s::pool::PoolSpec>,
     /// Watch retry settings.
     pub watch: crate::k8s::watch::WatchOptions,
 }
@@ -106,6 +120,11 @@ impl Settings {
             grpc_max_recv_bytes: 64 << 20,
             objectives: HashMap::new(),
             kubernetes: None,
+            grpc_max_send_bytes: None,
+            tls: crate::tls::TlsOptions::default(),
+            scrape_flags: ScrapeFlags { insecure_skip_verify: true, ..ScrapeFlags::default() },
+            refresh_prometheus_metrics_interval: Duration::from_secs(5),
+            grpc_stream_metrics: false,
         }
     }
 }
@@ -125,6 +144,14 @@ pub struct App {
     pub registry: prometheus::Registry,
     /// The Flow Control controller (gate `flowControl`).
     pub flow_control: Option<Arc<FlowController>>,
+    /// Readiness state of the health servers.
+    pub health: HealthState,
+    /// Open ext_proc streams.
+    pub streams: Arc<StreamTracker>,
+    /// Stops accepting ext_proc connections (graceful: open streams finish).
+    serving: CancellationToken,
+    ext_proc: Option<tokio::task::JoinHandle<()>>,
+    drain_metrics: crate::shutdown::DrainMetrics,
     cancel: CancellationToken,
     tasks: JoinSet<()>,
     services: Vec<Arc<dyn BackgroundService>>,
@@ -163,7 +190,8 @@ impl App {
         }
         loaded.scheduler.objectives = settings.objectives.clone();
         let file_watch = file_discovery(&settings, &loaded, &store)?;
-        let scrape = scrape_config(&settings, &loaded);
+        let mut warnings = Vec::new();
+        let scrape = scrape_config(&settings, &loaded, &mut warnings)?;
         let services: Vec<Arc<dyn BackgroundService>> =
             loaded.plugins.iter().filter_map(|p| p.background.clone()).collect();
         let flow_control = match loaded.flow_control.take() {
@@ -208,10 +236,12 @@ impl App {
 
         let cancel = CancellationToken::new();
         let mut tasks = JoinSet::new();
-        let (reporter, health_service) = tonic_health::server::health_reporter();
-        for name in ["", "liveness", "readiness", EXT_PROC_SERVICE, "inference-extension"] {
-            reporter.set_service_status(name, ServingStatus::Serving).await;
+        // Nothing to wait for without a Kubernetes source: files are loaded by now.
+        let health_state = HealthState::new();
+        if settings.kubernetes.as_ref().is_none_or(|k| k.pool.is_none() && k.standalone.is_none()) {
+            health_state.mark_synced();
         }
+        let health_service = health_state.service();
         let c = cancel.clone();
         tasks.spawn(async move {
             let served = tonic::transport::Server::builder()
@@ -223,29 +253,54 @@ impl App {
             }
         });
 
-        let ext_proc = ExternalProcessorServer::new(ExtProcService::new(shared.clone()))
-            .max_decoding_message_size(settings.grpc_max_recv_bytes);
+        let streams = StreamTracker::new(&registry, settings.grpc_stream_metrics)?;
+        let mut ext_proc =
+            ExternalProcessorServer::new(ExtProcService::new(shared.clone()).with_stream_tracker(streams.clone()))
+                .max_decoding_message_size(settings.grpc_max_recv_bytes);
+        if let Some(limit) = settings.grpc_max_send_bytes {
+            ext_proc = ext_proc.max_encoding_message_size(limit);
+        }
         // One stream per HTTP request, many per connection: gateways end streams early (reset)
         // whenever a request finishes or is cancelled, which must not count as abuse.
         let mut builder =
             tonic::transport::Server::builder().http2_max_local_error_reset_streams(None).max_concurrent_streams(None);
-        if settings.secure_serving {
-            builder = builder.tls_config(crate::tls::server_tls(settings.cert_path.as_deref())?)?;
-        }
         let mut router = builder.add_service(ext_proc);
         if settings.health_checking {
-            let (r, s) = tonic_health::server::health_reporter();
-            r.set_service_status(EXT_PROC_SERVICE, ServingStatus::Serving).await;
-            router = router.add_service(s);
+            router = router.add_service(health_state.service());
         }
-        let c = cancel.clone();
-        tasks.spawn(async move {
-            // Nagle's algorithm plus delayed ACKs would add ~20-40 ms to every small reply.
-            let incoming = TcpIncoming::from(grpc).with_nodelay(Some(true));
-            if let Err(error) = router.serve_with_incoming_shutdown(incoming, c.cancelled()).await {
+        let tls = match settings.secure_serving {
+            true => {
+                let options = crate::tls::TlsOptions { cert_path: settings.cert_path.clone(), ..settings.tls.clone() };
+                let (tls, notes) = crate::tls::server_tls(&options)?;
+                warnings.extend(notes);
+                if let Some(reloading) = tls.reloading.clone() {
+                    tasks.spawn(reloading.watch(options.reload_interval, cancel.clone()));
+                }
+                Some((tls.config, options.handshake_timeout))
+            }
+            false => None,
+        };
+        let serving = cancel.child_token();
+        let stop = serving.clone();
+        let ext_proc_task = tokio::spawn(async move {
+            let served = match tls {
+                Some((config, handshake)) => {
+                    let incoming = crate::tls::tls_incoming(grpc, config, handshake, stop.clone());
+                    router.serve_with_incoming_shutdown(incoming, stop.cancelled()).await
+                }
+                None => {
+                    // Nagle's algorithm plus delayed ACKs would add ~20-40 ms to every small reply.
+                    let incoming = TcpIncoming::from(grpc).with_nodelay(Some(true));
+                    router.serve_with_incoming_shutdown(incoming, stop.cancelled()).await
+                }
+            };
+            if let Err(error) = served {
                 warn!(%error, "ext_proc server stopped");
             }
         });
+        for warning in &warnings {
+            warn!("{warning}");
+        }
 
         let ready_store = store.clone();
         let ready_registry = registry.clone();
@@ -286,22 +341,8 @@ impl App {
             let errors = scrape_metrics.poll_errors.clone();
             tasks.spawn(run_models_pollers(store.clone(), Arc::new(config), errors, cancel.clone()));
         }
-        if let (Some(kube), Some(pool)) = (&kube, settings.kubernetes.as_ref().and_then(|k| k.pool.clone())) {
-            info!(pool = %pool.name, namespace = %pool.namespace, group = %pool.group, "InferencePool discovery");
-            let discovery = crate::k8s::discovery::PoolDiscovery {
-                client: kube.client.clone(),
-                pool,
-                store: store.clone(),
-                options: kube.options,
-                metrics: kube.metrics.clone(),
-                progress: tokio::sync::watch::channel(0).0,
-            };
-            let c = cancel.clone();
-            tasks.spawn(async move {
-                if let Err(error) = discovery.run(c).await {
-                    tracing::error!(%error, "InferencePool discovery stopped");
-                }
-            });
+        if let (Some(kube), Some(k)) = (&kube, &settings.kubernetes) {
+            start_pool_discovery(kube, k, &store, &health_state, &cancel, &mut tasks);
         }
         if let Some(controller) = flow_control.clone() {
             tasks.spawn(controller.run(cancel.clone()));
@@ -315,7 +356,23 @@ impl App {
                 anyhow::bail!("starting a plugin's background service failed: {error}");
             }
         }
-        Ok(Self { grpc_addr, health_addr, metrics_addr, store, registry, flow_control, cancel, tasks, services })
+        let drain_metrics = crate::shutdown::DrainMetrics::register(&registry)?;
+        Ok(Self {
+            grpc_addr,
+            health_addr,
+            metrics_addr,
+            store,
+            registry,
+            flow_control,
+            health: health_state,
+            streams,
+            serving,
+            ext_proc: Some(ext_proc_task),
+            drain_metrics,
+            cancel,
+            tasks,
+            services,
+        })
     }
 
     /// Barrier: resolves once every plugin background service (e.g. KV-event subscribers) has
@@ -334,12 +391,32 @@ impl App {
     /// Stops every task and waits for them.
     pub async fn shutdown(mut self) {
         self.cancel.cancel();
+        if let Some(task) = self.ext_proc.take() {
+            let _ = task.await;
+        }
         while self.tasks.join_next().await.is_some() {}
     }
 
     /// Waits until every task has ended (after cancellation).
     pub async fn wait(mut self) {
+        if let Some(task) = self.ext_proc.take() {
+            let _ = task.await;
+        }
         while self.tasks.join_next().await.is_some() {}
+    }
+
+    /// Graceful shutdown (SIGTERM), bounded by `plan.timeout` whatever the peers do: see
+    /// [`crate::shutdown`].
+    pub async fn drain(mut self, plan: crate::shutdown::DrainPlan) -> crate::shutdown::DrainReport {
+        let ext_proc = self.ext_proc.take();
+        let report =
+            crate::shutdown::drain(plan, &self.health, &self.streams, &self.drain_metrics, &self.serving, ext_proc)
+                .await;
+        self.cancel.cancel();
+        // Background tasks end promptly once cancelled; never wait past a short bound.
+        let tasks = async { while self.tasks.join_next().await.is_some() {} };
+        let _ = tokio::time::timeout(crate::shutdown::TASKS_BOUND, tasks).await;
+        report
     }
 }
 
@@ -393,7 +470,68 @@ fn file_discovery(
     Ok(fd.watch_file.then(|| (fd.path.clone(), bytes)))
 }
 
-fn scrape_config(settings: &Settings, loaded: &LoadedConfig) -> ScrapeConfig {
+/// Starts InferencePool or standalone (`--endpoint-selector`) discovery; readiness follows
+/// its first sync.
+fn start_pool_discovery(
+    kube: &crate::k8s::KubeHandle,
+    k: &KubeSettings,
+    store: &EndpointStore,
+    health: &HealthState,
+    cancel: &CancellationToken,
+    tasks: &mut JoinSet<()>,
+) {
+    let (synced, mut synced_rx) = tokio::sync::watch::channel(false);
+    let pool = match (&k.pool, &k.standalone) {
+        (Some(pool), _) => pool.clone(),
+        (None, Some(spec)) => crate::k8s::pool::PoolRef {
+            name: format!("standalone({})", spec.label_selector()),
+            namespace: k.namespace.clone(),
+            group: crate::k8s::pool::GROUP_V1.into(),
+        },
+        (None, None) => return,
+    };
+    let discovery = crate::k8s::discovery::PoolDiscovery {
+        client: kube.client.clone(),
+        pool,
+        store: store.clone(),
+        options: kube.options,
+        metrics: kube.metrics.clone(),
+        progress: tokio::sync::watch::channel(0).0,
+        synced,
+    };
+    let health = health.clone();
+    tasks.spawn(async move {
+        if synced_rx.wait_for(|s| *s).await.is_ok() {
+            info!("Endpoint source synced; readiness SERVING");
+            health.mark_synced();
+        }
+    });
+    let c = cancel.clone();
+    match (&k.pool, &k.standalone) {
+        (Some(pool), _) => {
+            info!(pool = %pool.name, namespace = %pool.namespace, group = %pool.group, "InferencePool discovery");
+            tasks.spawn(async move {
+                if let Err(error) = discovery.run(c).await {
+                    tracing::error!(%error, "InferencePool discovery stopped");
+                }
+            });
+        }
+        (None, Some(spec)) => {
+            info!(selector = %spec.label_selector(), ports = ?spec.target_ports, namespace = %k.namespace,
+                "Standalone discovery (--endpoint-selector)");
+            tasks.spawn(discovery.run_standalone(spec.clone(), c));
+        }
+        (None, None) => {}
+    }
+}
+
+/// The scraper's settings: built-in engines, the config's `engineConfigs`, then the Go EPPs'
+/// scrape flags (see [`crate::endpoints::scrape_flags`]).
+fn scrape_config(
+    settings: &Settings,
+    loaded: &LoadedConfig,
+    warnings: &mut Vec<String>,
+) -> anyhow::Result<ScrapeConfig> {
     let extractor = &loaded.data_layer.extractor;
     let mut engines = HashMap::new();
     for name in BUILTIN_ENGINES {
@@ -407,12 +545,30 @@ fn scrape_config(settings: &Settings, loaded: &LoadedConfig) -> ScrapeConfig {
             engines.insert(custom.name.clone(), m);
         }
     }
-    ScrapeConfig {
+    let flags = &settings.scrape_flags;
+    flags.apply_metrics(&mut engines, extractor, warnings)?;
+    let target = flags.target(&loaded.data_layer.source, warnings);
+    let tls = match target.https {
+        true => {
+            let check = match target.insecure_skip_verify {
+                true => crate::http_client::ServerCheck::SkipVerify,
+                false => crate::http_client::ServerCheck::Verify { extra_roots_pem: Vec::new() },
+            };
+            Some(
+                crate::http_client::client_tls(&check)
+                    .map_err(|e| anyhow::anyhow!("model-server metrics over https: {e}"))?,
+            )
+        }
+        false => None,
+    };
+    Ok(ScrapeConfig {
         interval: settings.refresh_metrics_interval,
         timeout: settings.scrape_timeout,
-        path: loaded.data_layer.source.path.clone(),
+        path: target.path,
         engines,
         engine_label: extractor.engine_label_key.clone(),
         default_engine: extractor.default_engine.clone(),
-    }
+        tls,
+        port: target.port,
+    })
 }

@@ -8,11 +8,13 @@ use std::time::Duration;
 
 use clap::{ArgAction, Parser, Subcommand};
 
-use crate::telemetry::tracing::LogFormat;
+use crate::go_flags::{parse_go_bool, parse_go_duration, parse_quantity};
+use crate::telemetry::tracing::{LogFormat, TimeEncoding};
 
 /// epp: Endpoint Picker for LLM inference (Envoy ext_proc).
 #[derive(Debug, Parser)]
-#[command(name = "epp", version, about)]
+// A repeated flag takes its last value, as Go's flag package does.
+#[command(name = "epp", version, about, args_override_self = true)]
 pub struct Cli {
     /// Subcommand; none = serve.
     #[command(subcommand)]
@@ -20,6 +22,36 @@ pub struct Cli {
     /// Server flags.
     #[command(flatten)]
     pub serve: ServeArgs,
+}
+
+impl Cli {
+    /// Parses `std::env::args_os()` after Go-style normalization (see [`crate::go_flags`]);
+    /// prints help or the error and exits on failure, as `clap::Parser::parse` does.
+    pub fn parse_go() -> Self {
+        match Self::try_parse_go(std::env::args_os()) {
+            Ok(cli) => cli,
+            Err(error) => error.exit(),
+        }
+    }
+
+    /// Parses `args` (program name first) after Go-style normalization.
+    pub fn try_parse_go<I, T>(args: I) -> Result<Self, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString>,
+    {
+        use clap::{CommandFactory, FromArgMatches};
+        let mut command = Self::command();
+        let flags = crate::go_flags::long_flags(&command);
+        let subcommands: Vec<String> = command
+            .get_subcommands()
+            .flat_map(|c| std::iter::once(c.get_name().to_string()).chain(c.get_all_aliases().map(String::from)))
+            .chain(["help".to_string()])
+            .collect();
+        let args = crate::go_flags::normalize_args(args.into_iter().map(Into::into).collect(), &flags, &subcommands);
+        let matches = command.try_get_matches_from_mut(args)?;
+        Self::from_arg_matches(&matches).map_err(|e| e.format(&mut command))
+    }
 }
 
 /// Subcommands.
@@ -183,10 +215,6 @@ fn parse_objective(s: &str) -> Result<(String, i32), String> {
     Ok((name.trim().to_string(), priority))
 }
 
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s).map_err(|e| e.to_string())
-}
-
 /// Flags of the server.
 #[derive(Debug, clap::Args)]
 pub struct ServeArgs {
@@ -203,7 +231,7 @@ pub struct ServeArgs {
     #[arg(long, default_value = "0.0.0.0")]
     pub bind_address: IpAddr,
     /// TLS on the ext_proc port (`--secure-serving=false` for plaintext h2c).
-    #[arg(long, default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    #[arg(long, default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
     pub secure_serving: bool,
     /// Directory holding `tls.crt` and `tls.key` (empty: self-signed).
     #[arg(long)]
@@ -218,26 +246,29 @@ pub struct ServeArgs {
     #[arg(long)]
     pub endpoints_file: Option<PathBuf>,
     /// How often the endpoints file is checked for changes.
-    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    #[arg(long, default_value = "1s", value_parser = parse_go_duration)]
     pub endpoints_file_poll_interval: Duration,
     /// Model-server metrics scrape period.
-    #[arg(long, default_value = "50ms", value_parser = parse_duration)]
+    #[arg(long, default_value = "50ms", value_parser = parse_go_duration)]
     pub refresh_metrics_interval: Duration,
     /// Per-scrape timeout.
-    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    #[arg(long, default_value = "1s", value_parser = parse_go_duration)]
     pub metrics_scrape_timeout: Duration,
     /// Ignore the gateway's `envoy.lb.subset_hint`.
-    #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
     pub disable_endpoint_subset_filter: bool,
     /// Also register gRPC health on the ext_proc port.
-    #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
     pub health_checking: bool,
     /// Request body mode assumed when Envoy sends no `protocol_config` (older Envoys).
     #[arg(long, value_enum, default_value = "full-duplex")]
     pub default_request_body_mode: BodyModeArg,
-    /// Largest gRPC message (and request body) accepted, in bytes.
-    #[arg(long, default_value_t = 64 << 20)]
+    /// Largest gRPC message (and request body) accepted: bytes or a quantity (`10MiB`, `4Mi`).
+    #[arg(long, default_value = "64Mi", value_parser = parse_quantity)]
     pub grpc_max_recv_msg_size: usize,
+    /// Largest gRPC message sent (quantity); unlimited when absent.
+    #[arg(long, value_parser = parse_quantity)]
+    pub grpc_max_send_msg_size: Option<usize>,
     /// Objective priority, `NAME=PRIORITY` (repeatable): stands in for Kubernetes
     /// InferenceObjective objects; requests whose objective header names a negative priority
     /// are shed with 429 while the pool is saturated.
@@ -249,6 +280,101 @@ pub struct ServeArgs {
     /// Log encoding.
     #[arg(long = "zap-encoder", value_enum, default_value = "console")]
     pub log_format: LogFormat,
+    /// zap level: `debug`, `info`, `error`, or an integer logr verbosity; overrides `-v`.
+    #[arg(long)]
+    pub zap_log_level: Option<String>,
+    /// zap development mode: console encoding and debug level unless set otherwise.
+    #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
+    pub zap_devel: bool,
+    /// Accepted for compatibility (Rust logs carry no stack traces).
+    #[arg(long)]
+    pub zap_stacktrace_level: Option<String>,
+    /// Time encoding of `ts` in JSON logs.
+    #[arg(long, value_enum, default_value = "rfc3339")]
+    pub zap_time_encoding: TimeEncoding,
+
+    // Go EPP parity (GIE runner options and llm-d router additions); see docs/flags.md.
+    /// Serve the certificate under --cert-path and follow changes to it without a restart.
+    #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
+    pub enable_cert_reload: bool,
+    /// Lowest TLS version of the ext_proc port: `1.2` (or `VersionTLS12`) or `1.3`.
+    #[arg(long)]
+    pub tls_min_version: Option<String>,
+    /// TLS 1.2 cipher suites, comma-separated IANA names as Go names them (TLS 1.3 suites are
+    /// always enabled, as in Go).
+    #[arg(long)]
+    pub tls_cipher_suites: Option<String>,
+    /// Longest time from SIGTERM to exit; streams still open then are cut (and counted).
+    #[arg(long, default_value = "30s", value_parser = parse_go_duration)]
+    pub drain_timeout: Duration,
+    /// After SIGTERM, new connections and streams are still accepted this long (readiness
+    /// already reports NOT_SERVING) while gateways learn that the pod is leaving.
+    #[arg(long, default_value = "5s", value_parser = parse_go_duration)]
+    pub drain_grace: Duration,
+    /// Registers per-method gRPC stream metrics (`grpc_server_*`).
+    #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
+    pub enable_grpc_stream_metrics: bool,
+    /// Accepted for compatibility (llm-d); epp does not emit per-endpoint scores yet.
+    #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
+    pub emit_endpoint_scores: bool,
+    /// Refresh period of pool-level Prometheus gauges.
+    #[arg(long, default_value = "5s", value_parser = parse_go_duration)]
+    pub refresh_prometheus_metrics_interval: Duration,
+    /// Waiting-queue metric of the default engine (selector, e.g. `vllm:num_requests_waiting`).
+    #[arg(long)]
+    pub total_queued_requests_metric: Option<String>,
+    /// Running-requests metric of the default engine.
+    #[arg(long)]
+    pub total_running_requests_metric: Option<String>,
+    /// KV-cache usage metric of the default engine.
+    #[arg(long)]
+    pub kv_cache_usage_percentage_metric: Option<String>,
+    /// LoRA info metric of the default engine; empty disables LoRA metrics.
+    #[arg(long)]
+    pub lora_info_metric: Option<String>,
+    /// Cache-config info metric of the default engine; empty disables it.
+    #[arg(long)]
+    pub cache_info_metric: Option<String>,
+    /// Scheme of model-server metric scrapes.
+    #[arg(long, value_enum, default_value = "http")]
+    pub model_server_metrics_scheme: MetricsScheme,
+    /// Path of model-server metric scrapes (default `/metrics`).
+    #[arg(long)]
+    pub model_server_metrics_path: Option<String>,
+    /// Port of model-server metric scrapes; 0 = the endpoint's own port.
+    #[arg(long, default_value_t = 0)]
+    pub model_server_metrics_port: u16,
+    /// With https scrapes, skip certificate verification (model servers use self-signed certs).
+    #[arg(long, default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
+    pub model_server_metrics_https_insecure_skip_verify: bool,
+    /// Standalone mode: pods in the pool namespace matching `k=v,...` become the endpoints
+    /// (no InferencePool; exclusive with --pool-name and --endpoints-file).
+    #[arg(long, conflicts_with_all = ["pool_name", "endpoints_file"])]
+    pub endpoint_selector: Option<String>,
+    /// Standalone mode: serving ports of each matching pod (comma-separated; rank = index).
+    #[arg(long, value_delimiter = ',', requires = "endpoint_selector")]
+    pub endpoint_target_ports: Vec<u16>,
+    /// This pod's name (downward API).
+    #[arg(long, env = "POD_NAME")]
+    pub pod_name: Option<String>,
+    /// Leader election (not implemented yet: every replica serves; warned when true).
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
+    pub ha_enable_leader_election: Option<bool>,
+    /// OpenTelemetry tracing (not implemented yet; warned when true).
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
+    pub tracing: Option<bool>,
+    /// Authenticated `/metrics` (not implemented yet: served without auth; warned when true).
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
+    pub metrics_endpoint_auth: Option<bool>,
+    /// CA for metrics client certificates (not implemented yet; warned when given).
+    #[arg(long)]
+    pub metrics_client_ca_file: Option<PathBuf>,
+    /// Serving certificate directory of `/metrics` (not implemented yet; warned when given).
+    #[arg(long)]
+    pub metrics_cert_dir: Option<PathBuf>,
+    /// `/debug/pprof` on the metrics port (Go only; warned when true).
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
+    pub enable_pprof: Option<bool>,
     /// InferencePool whose Ready pods become the endpoints (Kubernetes discovery; exclusive
     /// with --endpoints-file). Pods match the pool's selector; each target port is one
     /// endpoint `<pod>-rank-<i>`.
@@ -267,8 +393,17 @@ pub struct ServeArgs {
     #[arg(long, env = "KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
     /// Accepted for compatibility; alpha plugins load regardless.
-    #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
     pub allow_experimental_plugins: bool,
+}
+
+/// Scheme of model-server metric scrapes (`--model-server-metrics-scheme`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum MetricsScheme {
+    /// Plain HTTP.
+    Http,
+    /// HTTPS (rustls).
+    Https,
 }
 
 /// Request body modes for `--default-request-body-mode`.
@@ -281,6 +416,69 @@ pub enum BodyModeArg {
 }
 
 impl ServeArgs {
+    /// One warning per flag whose value asks for behaviour epp does not have yet; the process
+    /// still starts and routes.
+    pub fn compat_warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut lacking = |on: bool, flag: &str, what: &str| {
+            if on {
+                out.push(format!("{flag} is accepted but not implemented yet: {what}"));
+            }
+        };
+        lacking(
+            self.ha_enable_leader_election == Some(true),
+            "--ha-enable-leader-election",
+            "every replica reports ready and routes (active-active)",
+        );
+        lacking(self.tracing == Some(true), "--tracing", "no OpenTelemetry spans are exported");
+        lacking(
+            self.metrics_endpoint_auth == Some(true),
+            "--metrics-endpoint-auth",
+            "/metrics is served without authentication",
+        );
+        lacking(
+            self.metrics_client_ca_file.as_ref().is_some_and(|p| !p.as_os_str().is_empty()),
+            "--metrics-client-ca-file",
+            "/metrics does not verify client certificates",
+        );
+        lacking(
+            self.metrics_cert_dir.as_ref().is_some_and(|p| !p.as_os_str().is_empty()),
+            "--metrics-cert-dir",
+            "/metrics is served over plain HTTP",
+        );
+        lacking(self.enable_pprof == Some(true), "--enable-pprof", "there is no /debug/pprof (Go profiler) endpoint");
+        lacking(self.emit_endpoint_scores, "--emit-endpoint-scores", "endpoint scores are not emitted");
+        out
+    }
+
+    /// The standalone pool from `--endpoint-selector` / `--endpoint-target-ports`, if given.
+    pub fn standalone_pool(&self) -> Result<Option<crate::k8s::pool::PoolSpec>, String> {
+        let Some(selector) = &self.endpoint_selector else { return Ok(None) };
+        let mut labels = std::collections::BTreeMap::new();
+        for pair in selector.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (k, v) = pair
+                .split_once('=')
+                .ok_or_else(|| format!("--endpoint-selector: {pair:?} is not key=value (only equality selectors)"))?;
+            let k = k.trim().trim_end_matches('=');
+            if k.is_empty() || k.ends_with('!') {
+                return Err(format!("--endpoint-selector: {pair:?} is not key=value (only equality selectors)"));
+            }
+            labels.insert(k.to_string(), v.trim().to_string());
+        }
+        if labels.is_empty() {
+            return Err("--endpoint-selector is empty: it would select every pod of the namespace".into());
+        }
+        if self.endpoint_target_ports.is_empty() {
+            return Err("--endpoint-selector needs --endpoint-target-ports".into());
+        }
+        if self.endpoint_target_ports.len() > crate::k8s::pool::MAX_TARGET_PORTS
+            || self.endpoint_target_ports.contains(&0)
+        {
+            return Err(format!("--endpoint-target-ports: 1 to {} non-zero ports", crate::k8s::pool::MAX_TARGET_PORTS));
+        }
+        Ok(Some(crate::k8s::pool::PoolSpec { selector: labels, target_ports: self.endpoint_target_ports.clone() }))
+    }
+
     /// Listen address of a port.
     pub fn addr(&self, port: u16) -> SocketAddr {
         SocketAddr::new(self.bind_address, port)
@@ -305,17 +503,19 @@ impl ServeArgs {
         if let Some(pool) = &pool {
             pool.version()?;
         }
-        match (cluster, pool) {
-            (Some(cluster), pool) => Ok(Some(crate::app::KubeSettings {
+        let standalone = self.standalone_pool()?;
+        match (cluster, pool, standalone) {
+            (Some(cluster), pool, standalone) => Ok(Some(crate::app::KubeSettings {
                 cluster,
                 namespace: self.pool_namespace.clone(),
                 pool,
+                standalone,
                 watch: Default::default(),
             })),
-            (None, Some(_)) => Err("--pool-name needs Kubernetes access: run in a cluster (KUBERNETES_SERVICE_HOST) \
-                 or give --kubeconfig"
+            (None, None, None) => Ok(None),
+            (None, ..) => Err("--pool-name and --endpoint-selector need Kubernetes access: run in a cluster \
+                 (KUBERNETES_SERVICE_HOST) or give --kubeconfig"
                 .into()),
-            (None, None) => Ok(None),
         }
     }
 }

@@ -1,22 +1,36 @@
-//! The `epp` binary: parses flags, sets up logging, reads the config and runs the app until
-//! SIGINT/SIGTERM.
+//! The `epp` binary: parses flags (Go EPP syntax accepted), sets up logging, reads the config
+//! and runs the app until SIGINT/SIGTERM, then drains (see `epp::shutdown`) and exits 0.
 
 use anyhow::Context;
-use clap::Parser;
 use epp::app::{App, Settings};
-use epp::cli::{BodyModeArg, Cli, Command};
+use epp::cli::{BodyModeArg, Cli, Command, MetricsScheme};
+use epp::endpoints::scrape_flags::ScrapeFlags;
 use epp::extproc::service::ExtProcOptions;
+use epp::shutdown::DrainPlan;
 
 fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
-    epp::telemetry::tracing::init(cli.serve.log_format, cli.serve.verbosity);
+    let cli = Cli::parse_go();
+    let serve = &cli.serve;
+    let level =
+        epp::telemetry::tracing::level_for_flags(serve.zap_log_level.as_deref(), serve.zap_devel, serve.verbosity)
+            .map_err(anyhow::Error::msg)?;
+    epp::telemetry::tracing::init_with(&epp::telemetry::tracing::LogOptions {
+        format: serve.log_format,
+        level,
+        time_encoding: serve.zap_time_encoding,
+    });
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     match cli.command {
         Some(Command::Bench { what }) => epp::bench::run(what),
         Some(Command::Validate { files, output }) => validate(&files, output),
         Some(Command::Sim(args)) => epp::sim::command::sim(&args),
         Some(Command::Demo { seed }) => epp::sim::command::demo(seed),
-        None => runtime.block_on(serve(cli.serve)),
+        None => {
+            let served = runtime.block_on(serve_until_drained(cli.serve));
+            // Blocking work still running (a tokenizer download, say) must not hold the exit.
+            runtime.shutdown_timeout(std::time::Duration::from_millis(500));
+            served
+        }
     }
 }
 
@@ -34,7 +48,10 @@ fn validate(files: &[std::path::PathBuf], output: epp::validate::OutputFormat) -
     Ok(())
 }
 
-async fn serve(args: epp::cli::ServeArgs) -> anyhow::Result<()> {
+async fn serve_until_drained(args: epp::cli::ServeArgs) -> anyhow::Result<()> {
+    for warning in args.compat_warnings() {
+        tracing::warn!("{warning}");
+    }
     let config_text = match (&args.config_file, &args.config_text) {
         (Some(path), _) => {
             Some(std::fs::read_to_string(path).with_context(|| format!("reading --config-file {}", path.display()))?)
@@ -62,20 +79,42 @@ async fn serve(args: epp::cli::ServeArgs) -> anyhow::Result<()> {
         grpc_max_recv_bytes: args.grpc_max_recv_msg_size.saturating_add(1 << 20),
         objectives: args.objectives.iter().cloned().collect(),
         kubernetes: args.kube_settings().map_err(anyhow::Error::msg)?,
+        grpc_max_send_bytes: args.grpc_max_send_msg_size,
+        tls: epp::tls::TlsOptions {
+            cert_path: None,
+            reload: args.enable_cert_reload,
+            min_version: args.tls_min_version.clone(),
+            cipher_suites: args.tls_cipher_suites.clone(),
+            ..Default::default()
+        },
+        scrape_flags: ScrapeFlags {
+            queued: args.total_queued_requests_metric.clone(),
+            running: args.total_running_requests_metric.clone(),
+            kv_usage: args.kv_cache_usage_percentage_metric.clone(),
+            lora: args.lora_info_metric.clone(),
+            cache_info: args.cache_info_metric.clone(),
+            https: args.model_server_metrics_scheme == MetricsScheme::Https,
+            path: args.model_server_metrics_path.clone(),
+            port: (args.model_server_metrics_port != 0).then_some(args.model_server_metrics_port),
+            insecure_skip_verify: args.model_server_metrics_https_insecure_skip_verify,
+        },
+        refresh_prometheus_metrics_interval: args.refresh_prometheus_metrics_interval,
+        grpc_stream_metrics: args.enable_grpc_stream_metrics,
     };
-    if settings.endpoints_file.is_none() && args.pool_name.is_none() {
+    if settings.endpoints_file.is_none() && args.pool_name.is_none() && args.endpoint_selector.is_none() {
         tracing::warn!(
-            "neither --endpoints-file nor --pool-name given: every request will get 503 until endpoints are configured"
+            "none of --endpoints-file, --pool-name, --endpoint-selector given: every request will get 503 until endpoints are configured"
         );
     }
     let app = App::start(settings).await?;
-    let cancel = app.cancel_token();
-    tokio::spawn(async move {
-        shutdown_signal().await;
-        tracing::info!("Shutting down");
-        cancel.cancel();
-    });
-    app.wait().await;
+    shutdown_signal().await;
+    let plan = DrainPlan { grace: args.drain_grace.min(args.drain_timeout), timeout: args.drain_timeout };
+    tracing::info!(grace = ?plan.grace, timeout = ?plan.timeout, "Shutdown signal received");
+    // A second signal ends the drain at once.
+    tokio::select! {
+        report = app.drain(plan) => tracing::info!(cut_streams = report.cut_streams, "Exiting"),
+        () = shutdown_signal() => tracing::warn!("Second shutdown signal; exiting without waiting for open streams"),
+    }
     Ok(())
 }
 

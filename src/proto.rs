@@ -1,6 +1,6 @@
 //! Generated protobuf types (from `proto/`, compiled by `build.rs`): Envoy ext_proc v3 (used by
 //! `extproc/`), and the request messages of the gRPC inference APIs (used by
-//! `request::parsers`). Nothing else lives here.
+//! `request::parsers`), gRPC health (used by `health`). Nothing else lives here.
 #![allow(clippy::all, missing_docs, clippy::pedantic)]
 
 /// `envoy.*` packages.
@@ -75,6 +75,17 @@ pub mod google {
             pub mod v1beta1 {
                 tonic::include_proto!("google.cloud.aiplatform.v1beta1");
             }
+        }
+    }
+}
+
+/// `grpc.*` packages.
+pub mod grpc {
+    /// `grpc.health.*`
+    pub mod health {
+        /// `grpc.health.v1`: Check, List, Watch (served by `crate::health`).
+        pub mod v1 {
+            tonic::include_proto!("grpc.health.v1");
         }
     }
 }

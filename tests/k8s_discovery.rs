@@ -51,6 +51,7 @@ fn discovery(mock: &MockKube, store: &EndpointStore, metrics: K8sMetrics) -> (Po
         options: fast(),
         metrics,
         progress,
+        synced: watch::channel(false).0,
     };
     (discovery, seen)
 }

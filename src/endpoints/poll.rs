@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty, Limited};
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use tokio_util::sync::CancellationToken;
@@ -17,12 +18,29 @@ use tokio_util::sync::CancellationToken;
 use super::model::EndpointId;
 use super::store::{EndpointEntry, EndpointStore};
 
-/// The pollers' HTTP client (body-less GETs).
-pub type PollClient = Client<HttpConnector, Empty<Bytes>>;
+/// The pollers' HTTP(S) client (body-less GETs).
+pub type PollClient = Client<HttpsConnector<HttpConnector>, Empty<Bytes>>;
 
-/// The shared pooled client (`crate::http_client`) for body-less GETs.
+/// The shared pooled client (`crate::http_client`) for body-less GETs of `http://` URLs
+/// (an `https://` URL fails: no certificate is trusted).
 pub fn client(connect_timeout: Duration, max_idle_per_host: usize) -> PollClient {
-    crate::http_client::pooled_for(connect_timeout, max_idle_per_host)
+    let provider = std::sync::Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
+    let tls = tokio_rustls::rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("ring supports the default protocol versions")
+        .with_root_certificates(tokio_rustls::rustls::RootCertStore::empty())
+        .with_no_client_auth();
+    client_with_tls(connect_timeout, max_idle_per_host, tls)
+}
+
+/// The shared pooled client for `http://` and `https://` URLs; HTTPS uses `tls`
+/// (see [`crate::http_client::client_tls`]).
+pub fn client_with_tls(
+    connect_timeout: Duration,
+    max_idle_per_host: usize,
+    tls: tokio_rustls::rustls::ClientConfig,
+) -> PollClient {
+    crate::http_client::pooled_https_for(connect_timeout, max_idle_per_host, tls)
 }
 
 /// Why a GET failed.

@@ -1,5 +1,5 @@
 //! Model-server metric scraping: one polling task per endpoint that GETs
-//! `http://<address>:<metricsPort><path>` every `--refresh-metrics-interval` over a shared
+//! `http(s)://<address>:<metricsPort><path>` every `--refresh-metrics-interval` over a shared
 //! keep-alive client, extracts the load figures and writes them into the endpoint's metrics
 //! cell. A dead or slow endpoint is marked failed (its values age and become stale), counted,
 //! and logged once per state change; it never stops the scraper or the service.
@@ -37,6 +37,20 @@ pub struct ScrapeConfig {
     pub engine_label: String,
     /// Engine used when the label is absent.
     pub default_engine: String,
+    /// `https` scrapes (`--model-server-metrics-scheme https`) with this client TLS config;
+    /// `None` = plain HTTP.
+    pub tls: Option<tokio_rustls::rustls::ClientConfig>,
+    /// Port scraped instead of each endpoint's metrics port (`--model-server-metrics-port`).
+    pub port: Option<u16>,
+}
+
+impl ScrapeConfig {
+    /// The metrics URL of `endpoint`.
+    pub fn url(&self, endpoint: &super::model::Endpoint) -> String {
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let port = self.port.unwrap_or(endpoint.metrics_port);
+        format!("{scheme}://{}{}", super::model::host_port(endpoint.address, port), self.path)
+    }
 }
 
 /// Counters of the scraper.
@@ -80,7 +94,10 @@ pub async fn run_scrapers(
     metrics: ScrapeMetrics,
     cancel: CancellationToken,
 ) {
-    let client = poll::client(config.timeout, 2);
+    let client = match &config.tls {
+        Some(tls) => poll::client_with_tls(config.timeout, 2, tls.clone()),
+        None => poll::client(config.timeout, 2),
+    };
     let supervisor_store = store.clone();
     poll::per_endpoint(supervisor_store, cancel, move |entry, token| {
         let span = info_span!("scraper", endpoint = %entry.endpoint.id);
@@ -101,8 +118,7 @@ struct Poller {
 impl Poller {
     async fn run(self, entry: Arc<EndpointEntry>, cancel: CancellationToken) {
         let endpoint = &entry.endpoint;
-        let url =
-            format!("http://{}{}", super::model::host_port(endpoint.address, endpoint.metrics_port), self.config.path);
+        let url = self.config.url(endpoint);
         let engine = endpoint.label(&self.config.engine_label).unwrap_or(&self.config.default_engine).to_string();
         let Some(mapping) =
             self.config.engines.get(&engine).or_else(|| self.config.engines.get(&self.config.default_engine))

@@ -7,3 +7,4 @@ pub mod error;
 pub mod response;
 pub mod service;
 pub mod stream;
+pub mod streams;

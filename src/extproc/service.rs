@@ -14,6 +14,7 @@ use tonic::{Request, Response, Status, Streaming};
 use tracing::{Instrument, debug, info_span};
 
 use super::stream::StreamProcessor;
+use super::streams::StreamTracker;
 use crate::endpoints::store::EndpointStore;
 use crate::proto::ext_proc::external_processor_server::ExternalProcessor;
 use crate::proto::ext_proc::{ProcessingRequest, ProcessingResponse};
@@ -60,12 +61,19 @@ pub struct Shared {
 #[derive(Clone, Debug)]
 pub struct ExtProcService {
     shared: Arc<Shared>,
+    streams: Arc<StreamTracker>,
 }
 
 impl ExtProcService {
     /// A service over shared state.
     pub fn new(shared: Arc<Shared>) -> Self {
-        Self { shared }
+        Self { shared, streams: Arc::default() }
+    }
+
+    /// The same service, counting its streams in `streams`.
+    pub fn with_stream_tracker(mut self, streams: Arc<StreamTracker>) -> Self {
+        self.streams = streams;
+        self
     }
 }
 
@@ -83,12 +91,16 @@ impl ExternalProcessor for ExtProcService {
         let (tx, rx) = mpsc::channel(REPLY_BUFFER);
         let mut processor = StreamProcessor::new(self.shared.clone());
         let span = info_span!("extproc_stream");
+        let mut guard = self.streams.start();
         tokio::spawn(
             async move {
                 loop {
                     let msg = match inbound.message().await {
                         Ok(Some(m)) => m,
-                        Ok(None) => break,
+                        Ok(None) => {
+                            guard.ok();
+                            break;
+                        }
                         Err(status) => {
                             debug!(%status, "ext_proc stream ended with an error");
                             break;
@@ -96,6 +108,7 @@ impl ExternalProcessor for ExtProcService {
                     };
                     // The reply stream closes when the client cancels (e.g. Envoy resets the
                     // stream): stop waiting, which withdraws a request queued by Flow Control.
+                    guard.received();
                     let replies = tokio::select! {
                         replies = processor.handle(msg) => replies,
                         () = tx.closed() => break,
@@ -105,8 +118,10 @@ impl ExternalProcessor for ExtProcService {
                             processor.complete();
                             return;
                         }
+                        guard.sent();
                     }
                     if processor.is_closed() {
+                        guard.ok();
                         break;
                     }
                 }

@@ -39,6 +39,9 @@ pub struct PoolDiscovery {
     /// Barrier: counts watch events (pool or pods, a LIST counting as one) whose result has
     /// been published to the store.
     pub progress: watch::Sender<u64>,
+    /// Set to `true` once the pool is known and its pods have been listed and published
+    /// (readiness waits for it).
+    pub synced: watch::Sender<bool>,
 }
 
 struct PodWatch {
@@ -51,6 +54,8 @@ struct PodWatch {
 struct State {
     pool: Option<PoolSpec>,
     pods: BTreeMap<String, PodInfo>,
+    /// The current pod watch has delivered its LIST.
+    pods_listed: bool,
 }
 
 impl PoolDiscovery {
@@ -63,7 +68,7 @@ impl PoolDiscovery {
             field_selector: Some(format!("metadata.name={}", self.pool.name)),
             resource: "inferencepools".into(),
         };
-        let (pool_tx, mut pool_rx) = mpsc::channel(CHANNEL);
+        let (pool_tx, pool_rx) = mpsc::channel(CHANNEL);
         let watches = cancel.child_token();
         tokio::spawn(run_watch(
             self.client.clone(),
@@ -73,12 +78,32 @@ impl PoolDiscovery {
             pool_tx,
             watches.clone(),
         ));
-        let mut state = State::default();
-        let mut pods: Option<PodWatch> = None;
+        self.follow(Some(pool_rx), State::default(), None, watches, cancel).await;
+        Ok(())
+    }
+
+    /// Standalone mode (`--endpoint-selector`): no InferencePool; `spec` stands in for one
+    /// (selector and target ports) and only the pods are watched. `self.pool` names the
+    /// namespace (its name is used in logs only).
+    pub async fn run_standalone(self, spec: PoolSpec, cancel: CancellationToken) {
+        let watches = cancel.child_token();
+        let pods = Some(self.watch_pods(spec.label_selector(), &watches));
+        let state = State { pool: Some(spec), ..State::default() };
+        self.follow(None, state, pods, watches, cancel).await;
+    }
+
+    async fn follow(
+        &self,
+        mut pool_rx: Option<mpsc::Receiver<WatchEvent>>,
+        mut state: State,
+        mut pods: Option<PodWatch>,
+        watches: CancellationToken,
+        cancel: CancellationToken,
+    ) {
         loop {
             tokio::select! {
                 _ = cancel.cancelled() => break,
-                event = pool_rx.recv() => match event {
+                event = next_event(&mut pool_rx) => match event {
                     Some(event) => self.on_pool_event(event, &mut state, &mut pods, &watches),
                     None => break,
                 },
@@ -88,10 +113,12 @@ impl PoolDiscovery {
                 },
             }
             self.publish(&state);
+            if state.pool.is_some() && state.pods_listed {
+                self.synced.send_if_modified(|synced| !std::mem::replace(synced, true));
+            }
             self.progress.send_modify(|n| *n += 1);
         }
         watches.cancel();
-        Ok(())
     }
 
     fn on_pool_event(
@@ -132,6 +159,7 @@ impl PoolDiscovery {
                 w.cancel.cancel();
             }
             info!(pool = %self.pool.name, %selector, ports = ?spec.target_ports, "Watching the pool's pods");
+            state.pods_listed = false;
             *pods = Some(self.watch_pods(selector, parent));
         }
         state.pool = Some(spec);
@@ -153,6 +181,7 @@ impl PoolDiscovery {
     fn on_pod_event(&self, event: WatchEvent, state: &mut State) {
         match event {
             WatchEvent::Listed(items) => {
+                state.pods_listed = true;
                 state.pods.clear();
                 for o in items {
                     if let Some(p) = self.parse(&o) {
@@ -197,6 +226,13 @@ impl PoolDiscovery {
             info!(pool = %self.pool.name, added = ?diff.added, updated = ?diff.updated, removed = ?diff.removed,
                 "Pool endpoints changed");
         }
+    }
+}
+
+async fn next_event(events: &mut Option<mpsc::Receiver<WatchEvent>>) -> Option<WatchEvent> {
+    match events {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
     }
 }
 

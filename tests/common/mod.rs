@@ -26,6 +26,7 @@ use prost_types::value::Kind;
 use tokio::net::TcpListener;
 pub mod kube;
 pub mod kv;
+pub mod process;
 
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
