@@ -71,6 +71,8 @@ pub struct Settings {
     pub objectives: HashMap<String, i32>,
     /// Kubernetes access and the InferencePool to follow (`--pool-name`).
     pub kubernetes: Option<KubeSettings>,
+    /// Connection hygiene and metrics staleness (`crate::net::limits`).
+    pub limits: crate::net::limits::Limits,
 }
 
 /// Kubernetes settings of the app.
@@ -106,6 +108,7 @@ impl Settings {
             grpc_max_recv_bytes: 64 << 20,
             objectives: HashMap::new(),
             kubernetes: None,
+            limits: crate::net::limits::Limits::default(),
         }
     }
 }
@@ -144,7 +147,11 @@ impl App {
     /// Starts everything; returns once every listener is bound.
     pub async fn start(settings: Settings) -> anyhow::Result<Self> {
         let registry = prometheus::Registry::new();
-        let store = EndpointStore::new();
+        let store = EndpointStore::with_staleness_threshold(settings.limits.metrics_staleness_threshold);
+        if settings.refresh_metrics_interval >= settings.limits.metrics_staleness_threshold {
+            warn!(staleness = ?settings.limits.metrics_staleness_threshold, refresh = ?settings.refresh_metrics_interval,
+                "--refresh-metrics-interval is not below --metrics-staleness-threshold: endpoint load will often be unknown");
+        }
         let mut loaded_bytes = Vec::new();
         if let Some(path) = &settings.endpoints_file {
             let (endpoints, bytes) = load_endpoints_file_bytes(path)?;

@@ -62,6 +62,7 @@ async fn serve(args: epp::cli::ServeArgs) -> anyhow::Result<()> {
         grpc_max_recv_bytes: args.grpc_max_recv_msg_size.saturating_add(1 << 20),
         objectives: args.objectives.iter().cloned().collect(),
         kubernetes: args.kube_settings().map_err(anyhow::Error::msg)?,
+        limits: args.limits.limits(),
     };
     if settings.endpoints_file.is_none() && args.pool_name.is_none() {
         tracing::warn!(
