@@ -82,6 +82,8 @@ pub struct Settings {
     pub refresh_prometheus_metrics_interval: Duration,
     /// `--enable-grpc-stream-metrics`.
     pub grpc_stream_metrics: bool,
+    /// Connection hygiene and metrics staleness (`crate::net::limits`).
+    pub limits: crate::net::limits::Limits,
 }
 
 /// Kubernetes settings of the app.
@@ -125,6 +127,7 @@ impl Settings {
             scrape_flags: ScrapeFlags { insecure_skip_verify: true, ..ScrapeFlags::default() },
             refresh_prometheus_metrics_interval: Duration::from_secs(5),
             grpc_stream_metrics: false,
+            limits: crate::net::limits::Limits::default(),
         }
     }
 }
@@ -171,7 +174,11 @@ impl App {
     /// Starts everything; returns once every listener is bound.
     pub async fn start(settings: Settings) -> anyhow::Result<Self> {
         let registry = prometheus::Registry::new();
-        let store = EndpointStore::new();
+        let store = EndpointStore::with_staleness_threshold(settings.limits.metrics_staleness_threshold);
+        if settings.refresh_metrics_interval >= settings.limits.metrics_staleness_threshold {
+            warn!(staleness = ?settings.limits.metrics_staleness_threshold, refresh = ?settings.refresh_metrics_interval,
+                "--refresh-metrics-interval is not below --metrics-staleness-threshold: endpoint load will often be unknown");
+        }
         let mut loaded_bytes = Vec::new();
         if let Some(path) = &settings.endpoints_file {
             let (endpoints, bytes) = load_endpoints_file_bytes(path)?;

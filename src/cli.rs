@@ -395,6 +395,9 @@ pub struct ServeArgs {
     /// Accepted for compatibility; alpha plugins load regardless.
     #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
     pub allow_experimental_plugins: bool,
+    /// Connection hygiene and input limits (src/net/limits.rs).
+    #[command(flatten)]
+    pub limits: crate::net::limits::LimitArgs,
 }
 
 /// Scheme of model-server metric scrapes (`--model-server-metrics-scheme`).

@@ -56,6 +56,7 @@ pub mod http_client;
 pub mod k8s;
 pub mod kvcache;
 pub mod latency;
+pub mod net;
 pub mod plugins;
 pub mod proto;
 pub mod request;

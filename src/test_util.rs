@@ -51,6 +51,11 @@ impl EndpointBuilder {
         self.metrics.metrics.max_active_models = Some(max);
         self
     }
+    /// Invalid values at the last scrape (NaN, negative, infinite): load unknown.
+    pub fn invalid(mut self) -> Self {
+        self.metrics.invalid = true;
+        self
+    }
     /// Fresh (scraped now) or never scraped.
     pub fn fresh(mut self, fresh: bool) -> Self {
         self.metrics.updated_at = fresh.then(Instant::now);
@@ -91,6 +96,7 @@ impl EndpointBuilder {
     pub fn build(self) -> Candidate {
         Candidate {
             endpoint: Arc::new(self.endpoint),
+            metrics_known: self.metrics.known(Instant::now(), crate::endpoints::model::DEFAULT_STALENESS_THRESHOLD),
             metrics: Arc::new(self.metrics),
             models: self.models.map(Arc::new),
         }

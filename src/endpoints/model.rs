@@ -67,6 +67,9 @@ pub fn host_port(address: IpAddr, port: u16) -> String {
     SocketAddr::new(address, port).to_string()
 }
 
+/// Default of `--metrics-staleness-threshold` (Go EPP: 2s): metrics older than this are unknown.
+pub const DEFAULT_STALENESS_THRESHOLD: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// The latest scrape result of one endpoint.
 #[derive(Clone, Debug, Default)]
 pub struct MetricsState {
@@ -76,9 +79,20 @@ pub struct MetricsState {
     pub updated_at: Option<Instant>,
     /// Whether the most recent scrape failed (the values above are then older).
     pub last_scrape_failed: bool,
+    /// Whether the most recent scrape reported invalid values (NaN, negative, infinite): the
+    /// endpoint's load is then unknown until a valid scrape.
+    pub invalid: bool,
 }
 
 impl MetricsState {
+    /// True when the values describe the endpoint's load: scraped successfully within
+    /// `threshold` and not invalidated since. Endpoints whose metrics are not known rank below
+    /// every endpoint with known metrics in the load-based plugins (see
+    /// `crate::plugins::load`), so a pod whose `/metrics` fails never looks idle.
+    pub fn known(&self, now: Instant, threshold: std::time::Duration) -> bool {
+        !self.invalid && !self.is_stale(now, threshold)
+    }
+
     /// True when no scrape succeeded within `max_age` (or never).
     pub fn is_stale(&self, now: Instant, max_age: std::time::Duration) -> bool {
         match self.updated_at {
@@ -123,6 +137,9 @@ pub struct Candidate {
     /// Its `/v1/models` list (`models-data-source`); `None` until the first successful poll
     /// or when no models source is configured.
     pub models: Option<Arc<ServedModels>>,
+    /// Whether `metrics` were known (fresh and valid, [`MetricsState::known`]) when the
+    /// candidate was taken.
+    pub metrics_known: bool,
 }
 
 impl Candidate {

@@ -58,6 +58,9 @@ impl ScrapeConfig {
 pub struct ScrapeMetrics {
     /// `llm_d_epp_datalayer_poll_errors_total{source_type}`.
     pub poll_errors: IntCounterVec,
+    /// `llm_d_epp_datalayer_invalid_values_total{field}`: load values rejected at parse
+    /// (NaN, infinite, negative); the endpoint's load is unknown until a valid scrape.
+    pub invalid_values: IntCounterVec,
 }
 
 impl ScrapeMetrics {
@@ -71,7 +74,15 @@ impl ScrapeMetrics {
             &["source_type"],
         )?;
         registry.register(Box::new(poll_errors.clone()))?;
-        Ok(Self { poll_errors })
+        let invalid_values = IntCounterVec::new(
+            prometheus::Opts::new(
+                "llm_d_epp_datalayer_invalid_values_total",
+                "Model-server load values rejected at parse (NaN, infinite or negative), by field.",
+            ),
+            &["field"],
+        )?;
+        registry.register(Box::new(invalid_values.clone()))?;
+        Ok(Self { poll_errors, invalid_values })
     }
 }
 
@@ -84,6 +95,9 @@ pub enum ScrapeError {
     /// The exposition had none of the expected families.
     #[error("no known metric family in the exposition (missing: {0})")]
     NoMetrics(String),
+    /// Load values were NaN, infinite or negative.
+    #[error("invalid values (NaN, infinite or negative) for: {0}")]
+    Invalid(String),
 }
 
 /// Runs the scrapers until `cancel`: follows the store, starting a task per new endpoint and
@@ -140,13 +154,15 @@ impl Poller {
                 Err(error) => {
                     self.metrics.poll_errors.with_label_values(&["metrics-data-source"]).inc();
                     if !failing {
-                        warn!(%error, url, "Metrics scrape failing; endpoint metrics will go stale");
+                        warn!(%error, url, "Metrics scrape failing; endpoint load unknown once its metrics are stale");
                         failing = true;
                     }
+                    let invalid = matches!(error, ScrapeError::Invalid(_));
                     let prev = entry.metrics.load();
-                    if !prev.last_scrape_failed {
+                    if !prev.last_scrape_failed || prev.invalid != invalid {
                         let mut next = MetricsState::clone(&prev);
                         next.last_scrape_failed = true;
+                        next.invalid = invalid;
                         self.store.publish_metrics(&entry, next);
                     }
                 }
@@ -158,10 +174,22 @@ impl Poller {
         let body = poll::get(&self.client, url, "text/plain", self.config.timeout, MAX_BODY_BYTES).await?;
         let text = String::from_utf8_lossy(&body);
         let extracted = extract(&text, mapping);
+        if !extracted.invalid.is_empty() {
+            for field in &extracted.invalid {
+                self.metrics.invalid_values.with_label_values(&[field.as_str()]).inc();
+            }
+            let fields: Vec<&str> = extracted.invalid.iter().map(|m| m.as_str()).collect();
+            return Err(ScrapeError::Invalid(fields.join(", ")));
+        }
         if !extracted.extracted_any {
             let missing: Vec<&str> = extracted.missing.iter().map(|m| m.as_str()).collect();
             return Err(ScrapeError::NoMetrics(missing.join(", ")));
         }
-        Ok(MetricsState { metrics: extracted.metrics, updated_at: Some(Instant::now()), last_scrape_failed: false })
+        Ok(MetricsState {
+            metrics: extracted.metrics,
+            updated_at: Some(Instant::now()),
+            last_scrape_failed: false,
+            invalid: false,
+        })
     }
 }

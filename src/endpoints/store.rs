@@ -5,8 +5,11 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use std::time::Duration;
+
 use arc_swap::{ArcSwap, ArcSwapOption};
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 use super::model::{Candidate, Endpoint, EndpointId, MetricsState, ServedModels};
 
@@ -27,11 +30,13 @@ impl EndpointEntry {
         Self { endpoint, metrics: ArcSwap::from_pointee(MetricsState::default()), models: ArcSwapOption::empty() }
     }
 
-    /// The candidate view of this entry at this instant.
-    pub fn candidate(&self) -> Candidate {
+    /// The candidate view of this entry at `now`, its metrics judged against `staleness`.
+    pub fn candidate(&self, now: Instant, staleness: Duration) -> Candidate {
+        let metrics = self.metrics.load_full();
         Candidate {
             endpoint: self.endpoint.clone(),
-            metrics: self.metrics.load_full(),
+            metrics_known: metrics.known(now, staleness),
+            metrics,
             models: self.models.load_full(),
         }
     }
@@ -68,6 +73,7 @@ pub struct EndpointStore {
     current: Arc<ArcSwap<EndpointSet>>,
     changes: watch::Sender<u64>,
     metrics_changes: watch::Sender<u64>,
+    staleness: Duration,
 }
 
 impl Default for EndpointStore {
@@ -81,7 +87,23 @@ impl EndpointStore {
     pub fn new() -> Self {
         let (changes, _) = watch::channel(0);
         let (metrics_changes, _) = watch::channel(0);
-        Self { current: Arc::new(ArcSwap::from_pointee(EndpointSet::default())), changes, metrics_changes }
+        Self {
+            current: Arc::new(ArcSwap::from_pointee(EndpointSet::default())),
+            changes,
+            metrics_changes,
+            staleness: super::model::DEFAULT_STALENESS_THRESHOLD,
+        }
+    }
+
+    /// An empty store whose candidates count metrics older than `staleness` as unknown
+    /// (`--metrics-staleness-threshold`).
+    pub fn with_staleness_threshold(staleness: Duration) -> Self {
+        Self { staleness, ..Self::new() }
+    }
+
+    /// The metrics staleness threshold.
+    pub fn staleness_threshold(&self) -> Duration {
+        self.staleness
     }
 
     /// The current set (cheap; an `Arc` clone).
@@ -91,7 +113,8 @@ impl EndpointStore {
 
     /// Candidates for a request: every endpoint with its current metrics.
     pub fn candidates(&self) -> Vec<Candidate> {
-        self.current.load().entries.iter().map(|e| e.candidate()).collect()
+        let now = Instant::now();
+        self.current.load().entries.iter().map(|e| e.candidate(now, self.staleness)).collect()
     }
 
     /// Generation counter: increases whenever the endpoint list changes.

@@ -169,8 +169,11 @@ impl MetricField {
 pub struct Extracted {
     /// Values found; fields listed in `missing` keep their defaults.
     pub metrics: PodMetrics,
-    /// Configured fields with no usable series, in [`MetricField`] order.
+    /// Configured fields with no matching series, in [`MetricField`] order.
     pub missing: Vec<MetricField>,
+    /// Configured fields whose series held an invalid value (NaN, infinite, negative): the
+    /// pod reports garbage, so its load is unknown (the scraper rejects the whole scrape).
+    pub invalid: Vec<MetricField>,
     /// Whether at least one field was extracted (the scrape counts as an update).
     pub extracted_any: bool,
     /// Malformed lines of the mapped families (skipped).
@@ -223,7 +226,7 @@ pub fn extract(text: &str, mapping: &EngineMapping) -> Extracted {
     }
     let mut out = Extracted { malformed_lines, ..Extracted::default() };
     out.apply(&specs, &best, mapping);
-    out.extracted_any = out.missing.len() < configured_fields(mapping);
+    out.extracted_any = out.missing.len() + out.invalid.len() < configured_fields(mapping);
     out
 }
 
@@ -279,26 +282,32 @@ impl Extracted {
         mapping: &EngineMapping,
     ) {
         let configured = |slot: Slot| specs[slot as usize].1.is_some();
-        let value = |slot: Slot| best[slot as usize].map(|s| s.value).filter(|v| v.is_finite());
-        let m = &mut self.metrics;
+        let mut invalid = Vec::new();
         let mut missing = Vec::new();
-        if configured(Slot::Queued) {
-            match value(Slot::Queued) {
-                Some(v) => m.waiting_queue_size = to_u64(v),
-                None => missing.push(MetricField::Queued),
-            }
+        // A gauge's value: `Err` when present but not a valid load figure.
+        let value = |slot: Slot| -> Option<Result<f64, ()>> {
+            best[slot as usize].map(|s| Some(s.value).filter(|v| valid_load(*v)).ok_or(()))
+        };
+        let m = &mut self.metrics;
+        if configured(Slot::Queued)
+            && let Some(v) = read(&mut missing, &mut invalid, MetricField::Queued, value(Slot::Queued))
+        {
+            m.waiting_queue_size = to_u64(v);
         }
-        if configured(Slot::Running) {
-            match value(Slot::Running) {
-                Some(v) => m.running_requests = to_u64(v),
-                None => missing.push(MetricField::Running),
-            }
+        if configured(Slot::Running)
+            && let Some(v) = read(&mut missing, &mut invalid, MetricField::Running, value(Slot::Running))
+        {
+            m.running_requests = to_u64(v);
         }
-        if configured(Slot::KvUsage) || configured(Slot::KvFallback) {
-            match value(Slot::KvUsage).or_else(|| value(Slot::KvFallback)) {
-                Some(v) => m.kv_cache_usage = v,
-                None => missing.push(MetricField::KvUsage),
-            }
+        if (configured(Slot::KvUsage) || configured(Slot::KvFallback))
+            && let Some(v) = read(
+                &mut missing,
+                &mut invalid,
+                MetricField::KvUsage,
+                value(Slot::KvUsage).or_else(|| value(Slot::KvFallback)),
+            )
+        {
+            m.kv_cache_usage = v;
         }
         if configured(Slot::Lora) {
             match &best[Slot::Lora as usize] {
@@ -320,20 +329,47 @@ impl Extracted {
                 None => missing.push(MetricField::CacheInfo),
             }
         }
-        if configured(Slot::BlockSize) {
-            match value(Slot::BlockSize).filter(|v| *v >= 0.0 && *v <= f64::from(u32::MAX)) {
-                Some(v) => m.cache_block_size = Some(v as u32),
-                None => missing.push(MetricField::CacheBlockSize),
-            }
+        let block_size =
+            value(Slot::BlockSize).map(|v| v.and_then(|v| if v <= f64::from(u32::MAX) { Ok(v) } else { Err(()) }));
+        if configured(Slot::BlockSize)
+            && let Some(v) = read(&mut missing, &mut invalid, MetricField::CacheBlockSize, block_size)
+        {
+            m.cache_block_size = Some(v as u32);
         }
-        if configured(Slot::NumBlocks) {
-            match value(Slot::NumBlocks) {
-                Some(v) => m.cache_num_blocks = Some(to_u64(v)),
-                None => missing.push(MetricField::CacheNumBlocks),
-            }
+        if configured(Slot::NumBlocks)
+            && let Some(v) = read(&mut missing, &mut invalid, MetricField::CacheNumBlocks, value(Slot::NumBlocks))
+        {
+            m.cache_num_blocks = Some(to_u64(v));
         }
         self.missing = missing;
+        self.invalid = invalid;
     }
+}
+
+/// `v` when valid; otherwise records `field` as missing or invalid.
+fn read(
+    missing: &mut Vec<MetricField>,
+    invalid: &mut Vec<MetricField>,
+    field: MetricField,
+    v: Option<Result<f64, ()>>,
+) -> Option<f64> {
+    match v {
+        Some(Ok(v)) => Some(v),
+        Some(Err(())) => {
+            invalid.push(field);
+            None
+        }
+        None => {
+            missing.push(field);
+            None
+        }
+    }
+}
+
+/// A load figure must be a finite, non-negative number (NaN, `±Inf` and negative values are
+/// a broken exporter, not an idle pod).
+fn valid_load(v: f64) -> bool {
+    v.is_finite() && v >= 0.0
 }
 
 /// Saturating float -> count conversion (negative -> 0, fractions truncated).

@@ -66,6 +66,10 @@ pub fn prepare(parsers: &ParserSet, headers: &RequestHeaders, body: &[u8]) -> Re
     let mut tokenize_json = None;
     if let Some(parsed) = parsers.parse(headers.path(), body)? {
         let model = parsed.body.model.clone();
+        check_model_name(&model)?;
+        if let Some(target) = headers.model_rewrite() {
+            check_model_name(target)?;
+        }
         request.target_model = match headers.model_rewrite() {
             Some(target) if target != model => {
                 if parsed.rewritable {
@@ -80,6 +84,21 @@ pub fn prepare(parsers: &ParserSet, headers: &RequestHeaders, body: &[u8]) -> Re
         tokenize_json = parsed.tokenize_json;
     }
     Ok(Prepared { request, rewritten_body, tokenize_json })
+}
+
+/// Longest model name accepted (bytes). Real model ids (Hugging Face `org/name`, LoRA
+/// adapter names) are far shorter; longer ones are refused with 400 before they reach any
+/// index, label or log line.
+pub const MAX_MODEL_NAME_BYTES: usize = 1024;
+
+fn check_model_name(model: &str) -> Result<(), ExtProcError> {
+    if model.len() > MAX_MODEL_NAME_BYTES {
+        return Err(ExtProcError::BadRequest(format!(
+            "model name is {} bytes long; at most {MAX_MODEL_NAME_BYTES} are accepted",
+            model.len()
+        )));
+    }
+    Ok(())
 }
 
 /// Applies the subset hint and schedules a prepared request.

@@ -18,6 +18,10 @@ pub enum ExtProcError {
     /// Every candidate filtered out, or a sheddable request while saturated -> 429.
     #[error("{0}")]
     ResourceExhausted(String),
+    /// A request (or an ext_proc message) above the size limit -> 413; gRPC
+    /// `RESOURCE_EXHAUSTED`.
+    #[error("{0}")]
+    PayloadTooLarge(String),
     /// Anything else -> 500.
     #[error("{0}")]
     Internal(String),
@@ -30,6 +34,7 @@ impl ExtProcError {
             Self::BadRequest(_) => 400,
             Self::ServiceUnavailable(_) => 503,
             Self::ResourceExhausted(_) => 429,
+            Self::PayloadTooLarge(_) => 413,
             Self::Internal(_) => 500,
         }
     }
@@ -40,6 +45,7 @@ impl ExtProcError {
             Self::BadRequest(_) => "BadRequest",
             Self::ServiceUnavailable(_) => "ServiceUnavailable",
             Self::ResourceExhausted(_) => "ResourceExhausted",
+            Self::PayloadTooLarge(_) => "PayloadTooLarge",
             Self::Internal(_) => "Internal",
         }
     }
@@ -50,7 +56,7 @@ impl ExtProcError {
         match self {
             Self::BadRequest(_) => 3,
             Self::ServiceUnavailable(_) => 14,
-            Self::ResourceExhausted(_) => 8,
+            Self::ResourceExhausted(_) | Self::PayloadTooLarge(_) => 8,
             Self::Internal(_) => 13,
         }
     }
@@ -88,6 +94,33 @@ impl From<ScheduleError> for ExtProcError {
 }
 
 impl ExtProcError {
+    /// The failure for an inbound ext_proc message tonic could not decode: above
+    /// `--grpc-max-recv-msg-size` (`OUT_OF_RANGE` from tonic) -> [`Self::PayloadTooLarge`];
+    /// not protobuf or a framing error (`INTERNAL`) -> [`Self::BadRequest`]. `None` for
+    /// other codes (client cancel, connection reset): nobody is left to answer.
+    pub fn from_inbound_status(status: &tonic::Status) -> Option<Self> {
+        match status.code() {
+            tonic::Code::OutOfRange | tonic::Code::ResourceExhausted => {
+                Some(Self::PayloadTooLarge(format!("ext_proc message too large: {}", status.message())))
+            }
+            tonic::Code::Internal => {
+                Some(Self::BadRequest(format!("undecodable ext_proc message: {}", status.message())))
+            }
+            _ => None,
+        }
+    }
+
+    /// The gRPC status that ends an ext_proc stream failed by this error.
+    pub fn stream_status(&self) -> tonic::Status {
+        let code = match self {
+            Self::PayloadTooLarge(_) | Self::ResourceExhausted(_) => tonic::Code::ResourceExhausted,
+            Self::BadRequest(_) => tonic::Code::InvalidArgument,
+            Self::ServiceUnavailable(_) => tonic::Code::Unavailable,
+            Self::Internal(_) => tonic::Code::Internal,
+        };
+        tonic::Status::new(code, self.to_string())
+    }
+
     /// The failure for a Flow Control admission outcome; `None` when dispatched.
     pub fn from_admission(outcome: Outcome) -> Option<Self> {
         Some(match outcome {
@@ -124,6 +157,16 @@ mod tests {
         let denied = ExtProcError::from(ScheduleError::NotAdmitted { reason: "no valid endpoint".into() });
         assert_eq!(denied.http_status(), 500);
         assert_eq!(denied.body(), "inference error: Internal - request cannot be admitted: no valid endpoint");
+    }
+
+    #[test]
+    fn maps_undecodable_inbound_messages() {
+        let big = ExtProcError::from_inbound_status(&tonic::Status::out_of_range("found 9 bytes, the limit is 4"));
+        assert_eq!(big.as_ref().map(ExtProcError::http_status), Some(413));
+        assert_eq!(big.map(|e| e.stream_status().code()), Some(tonic::Code::ResourceExhausted));
+        let junk = ExtProcError::from_inbound_status(&tonic::Status::internal("invalid wire type"));
+        assert_eq!(junk.map(|e| e.stream_status().code()), Some(tonic::Code::InvalidArgument));
+        assert_eq!(ExtProcError::from_inbound_status(&tonic::Status::cancelled("gone")), None);
     }
 
     #[test]

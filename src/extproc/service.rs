@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
-use tracing::{Instrument, debug, info_span};
+use tracing::{Instrument, debug, info_span, warn};
 
 use super::stream::StreamProcessor;
 use super::streams::StreamTracker;
@@ -102,7 +102,15 @@ impl ExternalProcessor for ExtProcService {
                             break;
                         }
                         Err(status) => {
-                            debug!(%status, "ext_proc stream ended with an error");
+                            let Some(error) = crate::extproc::error::ExtProcError::from_inbound_status(&status) else {
+                                debug!(%status, "ext_proc stream ended with an error");
+                                break;
+                            };
+                            warn!(%status, "Undecodable ext_proc message; failing the stream");
+                            for reply in processor.fail_undecodable(error.clone()) {
+                                let _ = tx.send(Ok(reply)).await;
+                            }
+                            let _ = tx.send(Err(error.stream_status())).await;
                             break;
                         }
                     };

@@ -37,6 +37,9 @@ mod response_side;
 /// Bodies larger than this are parsed and scheduled on the blocking pool.
 const OFFLOAD_BODY_BYTES: usize = 256 * 1024;
 
+/// Most bytes reserved from a request's `content-length` before any body byte arrives.
+const MAX_BODY_PRE_RESERVE: usize = 64 * 1024;
+
 /// How the request body reaches us.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RequestMode {
@@ -177,7 +180,9 @@ impl StreamProcessor {
     async fn on_request_headers(&mut self, map: Option<&HeaderMap>, end_of_stream: bool) -> Vec<ProcessingResponse> {
         self.headers = read_headers(map);
         if let Some(len) = self.headers.get(CONTENT_LENGTH).and_then(|v| v.parse::<usize>().ok()) {
-            self.body.reserve(len.min(self.shared.options.max_body_bytes));
+            // The header is the peer's claim: reserve at most a typical body up front and let
+            // the buffer grow as bytes really arrive.
+            self.body.reserve(len.min(self.shared.options.max_body_bytes).min(MAX_BODY_PRE_RESERVE));
         }
         match (end_of_stream, self.req_mode) {
             (true, _) | (_, RequestMode::HeadersOnly) | (_, RequestMode::Streamed) => {
@@ -401,6 +406,16 @@ impl StreamProcessor {
         reply.dynamic_metadata = Some(resp::destination_metadata(&destination));
         self.scheduled = Some(Scheduled { request, result: None });
         vec![reply]
+    }
+
+    /// Ends the stream after an inbound message could not be decoded: the immediate response
+    /// for `error` (Envoy sends it to the client, or resets the request when its response
+    /// already started), unless an immediate response already ended the exchange.
+    pub fn fail_undecodable(&mut self, error: ExtProcError) -> Vec<ProcessingResponse> {
+        if self.closed {
+            return Vec::new();
+        }
+        self.fail(error)
     }
 
     fn fail(&mut self, error: ExtProcError) -> Vec<ProcessingResponse> {

@@ -11,6 +11,7 @@ pub mod datalayer;
 pub mod decider;
 pub mod fairness;
 pub mod filter;
+pub mod load;
 pub mod picker;
 pub mod producer;
 pub mod profile_handler;

@@ -64,6 +64,7 @@ impl Fabric for InProcess {
                 metrics: pod_metrics(pod, &self.fleet),
                 updated_at: Some(tokio::time::Instant::now()),
                 last_scrape_failed: false,
+                invalid: false,
             }));
         }
     }

@@ -73,7 +73,12 @@ pub fn check(config: &Value, pods: &[PodLabels], out: &mut Vec<Finding>) {
         .map(|(name, labels)| {
             let mut endpoint = Endpoint::new(*name, IpAddr::V4(Ipv4Addr::LOCALHOST), 8000);
             endpoint.labels = labels.clone();
-            Candidate { endpoint: Arc::new(endpoint), metrics: Arc::new(MetricsState::default()), models: None }
+            Candidate {
+                endpoint: Arc::new(endpoint),
+                metrics: Arc::new(MetricsState::default()),
+                models: None,
+                metrics_known: false,
+            }
         })
         .collect();
     let (request, data) = (InferenceRequest::default(), RequestData::default());

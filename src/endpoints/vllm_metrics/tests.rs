@@ -84,9 +84,28 @@ fn cache_info_none_values_and_nan_gauges() {
                 vllm:kv_cache_usage_perc NaN\nvllm:num_requests_running +Inf\n";
     let got = extract(text, &vllm());
     assert_eq!((got.metrics.cache_block_size, got.metrics.cache_num_blocks), (None, None));
-    assert!(got.missing.contains(&MetricField::KvUsage));
-    assert!(got.missing.contains(&MetricField::Running));
+    // NaN / Inf are invalid (a broken exporter), not missing: the scraper rejects the scrape.
+    assert_eq!(got.invalid, [MetricField::Running, MetricField::KvUsage]);
+    assert!(!got.missing.contains(&MetricField::KvUsage));
     assert!(!got.missing.contains(&MetricField::CacheInfo));
+}
+
+#[test]
+fn negative_values_are_invalid_not_zero() {
+    let text = "vllm:num_requests_waiting -4
+vllm:num_requests_running 2
+vllm:kv_cache_usage_perc -0.5
+";
+    let got = extract(text, &vllm());
+    assert_eq!(got.invalid, [MetricField::Queued, MetricField::KvUsage]);
+    assert_eq!(got.metrics.running_requests, 2);
+    let fine = extract(
+        "vllm:num_requests_waiting 0
+vllm:kv_cache_usage_perc 0.25
+",
+        &vllm(),
+    );
+    assert!(fine.invalid.is_empty() && fine.extracted_any);
 }
 
 #[test]

@@ -83,7 +83,7 @@ impl Admitter for LatencySloAdmitter {
         for c in candidates {
             let m = &c.metrics.metrics;
             // Cold or idle endpoints can likely serve it whatever the prediction says.
-            if m.kv_cache_usage < COLD_KV_USAGE || m.running_requests == 0 {
+            if c.metrics_known && (m.kv_cache_usage < COLD_KV_USAGE || m.running_requests == 0) {
                 return Ok(());
             }
             if let Some(p) = predictions.and_then(|p| p.per_endpoint.get(c.id())) {

@@ -96,7 +96,7 @@ impl ProbabilisticAdmitter {
         let total: f64 = candidates
             .iter()
             .map(|c| {
-                if c.metrics.updated_at.is_none() {
+                if !c.metrics_known {
                     return 1.0;
                 }
                 let m = &c.metrics.metrics;

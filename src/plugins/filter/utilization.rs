@@ -89,7 +89,7 @@ impl SaturationDetector for UtilizationDetector {
         let sum: f64 = candidates
             .iter()
             .map(|c| {
-                if c.metrics.is_stale(now, self.staleness) {
+                if !c.metrics_known || c.metrics.is_stale(now, self.staleness) {
                     return 1.0;
                 }
                 let m = &c.metrics.metrics;
@@ -103,7 +103,8 @@ impl SaturationDetector for UtilizationDetector {
 impl UtilizationDetector {
     fn has_capacity(&self, c: &Candidate, now: Instant) -> bool {
         let m = &c.metrics.metrics;
-        !c.metrics.is_stale(now, self.staleness)
+        crate::plugins::load::keeps_known(c)
+            && !c.metrics.is_stale(now, self.staleness)
             && (m.waiting_queue_size as f64) < self.queue_threshold * (1.0 + self.headroom)
             && m.kv_cache_usage < self.kv_threshold * (1.0 + self.headroom)
     }

@@ -25,7 +25,9 @@ pub fn build(spec: &PluginSpec, _: &BuildContext) -> Result<PluginInstance, Buil
 
 impl Scorer for KvUtilizationScorer {
     fn score(&self, _: &SchedulingContext<'_>, candidates: &[Candidate]) -> Vec<f64> {
-        candidates.iter().map(|c| (1.0 - c.metrics.metrics.kv_cache_usage).clamp(0.0, 1.0)).collect()
+        crate::plugins::load::score_known_first(candidates, |candidates| {
+            candidates.iter().map(|c| (1.0 - c.metrics.metrics.kv_cache_usage).clamp(0.0, 1.0)).collect()
+        })
     }
 }
 

@@ -39,19 +39,22 @@ pub fn build(spec: &PluginSpec, _: &BuildContext) -> Result<PluginInstance, Buil
 
 impl Scorer for LoadAwareScorer {
     fn score(&self, _: &SchedulingContext<'_>, candidates: &[Candidate]) -> Vec<f64> {
-        candidates
-            .iter()
-            .map(|c| {
-                let q = c.metrics.metrics.waiting_queue_size as f64;
-                if q == 0.0 {
-                    0.5
-                } else if q >= self.threshold {
-                    0.0
-                } else {
-                    0.5 * (1.0 - q / self.threshold)
-                }
-            })
-            .collect()
+        crate::plugins::load::score_known_first(candidates, |candidates| {
+            candidates.iter().map(|c| self.queue_score(c.metrics.metrics.waiting_queue_size as f64)).collect()
+        })
+    }
+}
+
+impl LoadAwareScorer {
+    /// 0.5 for an empty queue, falling linearly to 0 at the threshold.
+    fn queue_score(&self, q: f64) -> f64 {
+        if q == 0.0 {
+            0.5
+        } else if q >= self.threshold {
+            0.0
+        } else {
+            0.5 * (1.0 - q / self.threshold)
+        }
     }
 }
 

@@ -27,22 +27,24 @@ pub fn build(spec: &PluginSpec, _: &BuildContext) -> Result<PluginInstance, Buil
 impl Scorer for LoraScorer {
     fn score(&self, cx: &SchedulingContext<'_>, candidates: &[Candidate]) -> Vec<f64> {
         let model = cx.request.target_model.as_str();
-        candidates
-            .iter()
-            .map(|c| {
-                let m = &c.metrics.metrics;
-                let loaded = (m.active_models.len() + m.waiting_models.len()) as u64;
-                if m.active_models.iter().any(|a| a == model) {
-                    1.0
-                } else if m.max_active_models.is_some_and(|max| loaded < max) {
-                    0.8
-                } else if m.waiting_models.iter().any(|w| w == model) {
-                    0.6
-                } else {
-                    0.0
-                }
-            })
-            .collect()
+        crate::plugins::load::score_known_first(candidates, |candidates| {
+            candidates
+                .iter()
+                .map(|c| {
+                    let m = &c.metrics.metrics;
+                    let loaded = (m.active_models.len() + m.waiting_models.len()) as u64;
+                    if m.active_models.iter().any(|a| a == model) {
+                        1.0
+                    } else if m.max_active_models.is_some_and(|max| loaded < max) {
+                        0.8
+                    } else if m.waiting_models.iter().any(|w| w == model) {
+                        0.6
+                    } else {
+                        0.0
+                    }
+                })
+                .collect()
+        })
     }
 }
 

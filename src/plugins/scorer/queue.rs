@@ -23,8 +23,10 @@ pub fn build(spec: &PluginSpec, _: &BuildContext) -> Result<PluginInstance, Buil
 
 impl Scorer for QueueScorer {
     fn score(&self, _: &SchedulingContext<'_>, candidates: &[Candidate]) -> Vec<f64> {
-        let q: Vec<f64> = candidates.iter().map(|c| c.metrics.metrics.waiting_queue_size as f64).collect();
-        super::min_max_inverse(&q)
+        crate::plugins::load::score_known_first(candidates, |candidates| {
+            let q: Vec<f64> = candidates.iter().map(|c| c.metrics.metrics.waiting_queue_size as f64).collect();
+            super::min_max_inverse(&q)
+        })
     }
 }
 

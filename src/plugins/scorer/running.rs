@@ -25,8 +25,10 @@ pub fn build(spec: &PluginSpec, _: &BuildContext) -> Result<PluginInstance, Buil
 
 impl Scorer for RunningScorer {
     fn score(&self, _: &SchedulingContext<'_>, candidates: &[Candidate]) -> Vec<f64> {
-        let r: Vec<f64> = candidates.iter().map(|c| c.metrics.metrics.running_requests as f64).collect();
-        super::min_max_inverse(&r)
+        crate::plugins::load::score_known_first(candidates, |candidates| {
+            let r: Vec<f64> = candidates.iter().map(|c| c.metrics.metrics.running_requests as f64).collect();
+            super::min_max_inverse(&r)
+        })
     }
 }
 

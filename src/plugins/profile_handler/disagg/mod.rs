@@ -54,7 +54,12 @@ pub struct DisaggHandler {
     /// `llm_d_epp_disagg_decision_total`, or `llm_d_epp_pd_decision_total` for `pd-profile-handler`.
     decisions: IntCounterVec,
     decisions_legacy: IntCounterVec,
+    /// The request's model as a bounded label value (count and length).
+    models: crate::telemetry::labels::BoundedLabels,
 }
+
+/// Distinct model names kept as decision-counter label values (later ones count as `other`).
+const MODEL_LABEL_CAP: usize = 100;
 
 /// Factory.
 pub fn build(spec: &PluginSpec, cx: &BuildContext) -> Result<PluginInstance, BuildError> {
@@ -95,6 +100,7 @@ fn instance(
         primary_port,
         decisions,
         decisions_legacy,
+        models: crate::telemetry::labels::BoundedLabels::new(MODEL_LABEL_CAP),
     });
     PluginInstance::new(spec.name.clone(), type_name).with_profile_handler(handler.clone()).with_pre_request(handler)
 }
@@ -156,9 +162,9 @@ impl DisaggHandler {
             (true, false) => "encode-decode",
             (true, true) => "encode-prefill-decode",
         };
-        let model = if model.is_empty() { "unknown" } else { model };
-        self.decisions.with_label_values(&[&*self.name, self.type_name, model, decision]).inc();
-        self.decisions_legacy.with_label_values(&[model, decision]).inc();
+        let model = self.models.get(model);
+        self.decisions.with_label_values(&[&*self.name, self.type_name, &model, decision]).inc();
+        self.decisions_legacy.with_label_values(&[&model, decision]).inc();
     }
 }
 

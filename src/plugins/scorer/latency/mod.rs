@@ -254,6 +254,13 @@ impl LatencyScorer {
 
 impl Scorer for LatencyScorer {
     fn score(&self, cx: &SchedulingContext<'_>, candidates: &[Candidate]) -> Vec<f64> {
+        crate::plugins::load::score_known_first(candidates, |candidates| self.score_all(cx, candidates))
+    }
+}
+
+impl LatencyScorer {
+    /// Scores every candidate (the latency-based selection before the unknown-load rule).
+    fn score_all(&self, cx: &SchedulingContext<'_>, candidates: &[Candidate]) -> Vec<f64> {
         let prefix = self.prefix_scores(cx, candidates);
         let predictions = cx.data.latency(self.latency.as_deref());
         let rows: Vec<Row<'_>> = candidates
