@@ -5,7 +5,7 @@
 
 use serde_yaml::Value;
 
-use super::{Finding, KSERVE_API_VERSIONS, at, config_findings};
+use super::{Finding, at, config_findings};
 
 /// Findings for a ConfigMap: every `data` value whose YAML is an EndpointPickerConfig is
 /// loaded; a ConfigMap holding none is worth a warning (it was passed to be checked).
@@ -35,18 +35,7 @@ pub fn config_map(doc: &Value) -> Vec<Finding> {
 /// Findings for an LLMInferenceServiceConfig: the apiVersion, the inline scheduler config, and
 /// an empty image on the scheduler's `main` container.
 pub fn llmisvc_config(doc: &Value) -> Vec<Finding> {
-    let mut out = Vec::new();
-    let api = doc.get("apiVersion").and_then(Value::as_str).unwrap_or("");
-    if !KSERVE_API_VERSIONS.contains(&api) {
-        out.push(Finding::warning(
-            "apiVersion",
-            format!("apiVersion {api:?} is not one this validator knows"),
-            format!("use one of {KSERVE_API_VERSIONS:?}"),
-        ));
-    }
-    if let Some(config) = at(doc, &["spec", "router", "scheduler", "config", "inline"]) {
-        out.extend(config_findings(config, "spec.router.scheduler.config.inline."));
-    }
+    let mut out = super::manifest::api_version_and_inline_config(doc);
     let containers = at(doc, &["spec", "router", "scheduler", "template", "containers"]).and_then(Value::as_sequence);
     for (i, container) in containers.into_iter().flatten().enumerate() {
         if container.get("name").and_then(Value::as_str) != Some("main") {

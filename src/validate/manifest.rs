@@ -15,19 +15,8 @@ const INLINE: &str = "spec.router.scheduler.config.inline";
 
 /// All findings for one manifest.
 pub fn check(doc: &Value) -> Vec<Finding> {
-    let mut out = Vec::new();
-    let api = doc.get("apiVersion").and_then(Value::as_str).unwrap_or("");
-    if !KSERVE_API_VERSIONS.contains(&api) {
-        out.push(Finding::warning(
-            "apiVersion",
-            format!("apiVersion {api:?} is not one this validator knows"),
-            format!("use one of {KSERVE_API_VERSIONS:?}"),
-        ));
-    }
+    let mut out = api_version_and_inline_config(doc);
     let inline = at(doc, &["spec", "router", "scheduler", "config", "inline"]);
-    if let Some(config) = inline {
-        out.extend(config_findings(config, &format!("{INLINE}.")));
-    }
     let pools = workloads(doc);
     route(doc, &mut out);
     worker(doc, &mut out);
@@ -38,6 +27,24 @@ pub fn check(doc: &Value) -> Vec<Finding> {
         disagg_profiles(doc, config, &mut out);
         super::labels::check(config, &super::labels::pod_templates(doc), &mut out);
         out.extend(super::precise::check(config, &pools));
+    }
+    out
+}
+
+/// Findings every KServe document shares (LLMInferenceService and LLMInferenceServiceConfig):
+/// an unknown apiVersion, and the inline scheduler config through the loader.
+pub(super) fn api_version_and_inline_config(doc: &Value) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let api = doc.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+    if !KSERVE_API_VERSIONS.contains(&api) {
+        out.push(Finding::warning(
+            "apiVersion",
+            format!("apiVersion {api:?} is not one this validator knows"),
+            format!("use one of {KSERVE_API_VERSIONS:?}"),
+        ));
+    }
+    if let Some(config) = at(doc, &["spec", "router", "scheduler", "config", "inline"]) {
+        out.extend(config_findings(config, &format!("{INLINE}.")));
     }
     out
 }
