@@ -22,6 +22,10 @@
 //!   by the stream before the decision.
 //! - `cel`: the CEL subset evaluator used by `request-attribute-reporter`.
 //! - `app`: wiring, servers and shutdown.
+//! - `cli`, `go_flags`: the command line, in the Go EPPs' syntax.
+//! - `health`: gRPC health (Check, List) with readiness on the first endpoint sync.
+//! - `shutdown`: the bounded SIGTERM drain.
+//! - `tls`, `http_client`: TLS of the ext_proc port (rustls, cert reload); outbound HTTP(S).
 //! - `validate`: `epp validate` checks of configs and KServe manifests.
 //! - `sim`: the fleet simulator (`epp sim`, `epp demo`): simulated vLLM pods driven by the
 //!   real scheduler in process.
