@@ -7,10 +7,14 @@
 //! Module map:
 //! - `extproc`: the ext_proc service and per-stream state machine (the only user of `proto`).
 //! - `request`: header constants, body parsing, multimodal item identity, response usage.
-//! - `scheduling`: the pure scheduling pipeline (context, data, profiles, results).
-//! - `plugins`: plugin contracts, the registry and the catalogue.
+//! - `framework`: the layer below scheduler and plugins: extension-point traits,
+//!   `PluginInstance`, the build context, `SchedulingContext`, `RequestData`, results.
+//! - `scheduling`: the pure scheduling pipeline (profiles, the scheduler, its metrics).
+//! - `plugins`: the plugin implementations and the catalogue (`plugins::registry`).
+//! - `suggest`: "did you mean" suggestions (a leaf).
 //! - `config`: EndpointPickerConfig loading and validation.
-//! - `flowcontrol`: admission queueing before scheduling (feature gate `flowControl`).
+//! - `flowcontrol`: admission queueing before scheduling (feature gate `flowControl`), with
+//!   its own extension points (`flowcontrol::policy`).
 //! - `endpoints`: discovery, the endpoint store, metric scraping.
 //! - `k8s`: Kubernetes client, InferencePool/pod discovery into the endpoint store, object
 //!   notifications (`k8s-notification-source`).
@@ -44,6 +48,7 @@
 //! response usage --> ResponseHook::response_metadata (cel) --> final reply dynamic_metadata
 //! vLLM --ZMQ--> kvcache::subscriber --frames--> kvcache::decode --events--> kvcache::index
 //! file --> config::raw --> config::loader --> plugins::registry --> Arc<Scheduler>
+//! (top-level modules form a DAG: tests/module_graph.rs)
 //! ```
 
 pub mod app;
@@ -54,6 +59,7 @@ pub mod config;
 pub mod endpoints;
 pub mod extproc;
 pub mod flowcontrol;
+pub mod framework;
 pub mod go_flags;
 pub mod health;
 pub mod http_client;
@@ -67,6 +73,7 @@ pub mod request;
 pub mod scheduling;
 pub mod shutdown;
 pub mod sim;
+pub mod suggest;
 pub mod telemetry;
 pub mod tls;
 pub mod tokenize;

@@ -7,10 +7,10 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use crate::endpoints::model::{Candidate, Endpoint, MetricsState, ROLE_LABEL, ServedModel, ServedModels};
+use crate::framework::context::SchedulingContext;
+use crate::framework::data::RequestData;
 use crate::request::InferenceRequest;
 use crate::request::openai::{ApiKind, parse_body};
-use crate::scheduling::context::SchedulingContext;
-use crate::scheduling::data::RequestData;
 
 /// Builder of a test candidate.
 #[derive(Debug)]

@@ -64,7 +64,7 @@ pub fn default_pipeline(
         m.metrics.kv_cache_usage = (i % 10) as f64 / 10.0;
         e.metrics.store(Arc::new(m));
     }
-    let cx = crate::plugins::registry::BuildContext { endpoints: store.clone(), ..Default::default() };
+    let cx = crate::framework::build::BuildContext { endpoints: store.clone(), ..Default::default() };
     let loaded = crate::app::load_config(None, &cx, crate::scheduling::metrics::SchedulerMetrics::detached())?;
     Ok((store, loaded))
 }

@@ -3,6 +3,8 @@
 
 use std::fmt;
 
+pub use crate::suggest::closest;
+
 /// One problem.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConfigError {
@@ -56,17 +58,6 @@ impl fmt::Display for ConfigErrors {
     }
 }
 
-/// The candidate closest to `word` by edit distance, when it is plausibly a typo or a
-/// near-miss (distance at most a third of the length, or one contains the other).
-pub fn closest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
-    candidates
-        .into_iter()
-        .map(|c| (edit_distance(word, c), c))
-        .filter(|(d, c)| *d <= word.len().max(c.len()) / 3 || c.contains(word) || word.contains(*c))
-        .min_by_key(|(d, _)| *d)
-        .map(|(_, c)| c)
-}
-
 /// Suggestion for a reference to an undeclared plugin: the closest declared name; when none
 /// is close, the closest registered type (declaring a plugin of that type may be the fix,
 /// e.g. a profile naming a type that was never listed under `plugins`).
@@ -81,19 +72,6 @@ pub fn ref_suggestion<'a>(
         ));
     }
     closest(name, types).map(|t| format!("no plugin of that name is declared; add `- type: {t}` under `plugins`"))
-}
-
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut cur = vec![i + 1; b.len() + 1];
-        for (j, cb) in b.iter().enumerate() {
-            cur[j + 1] = (prev[j] + usize::from(ca != *cb)).min(prev[j + 1] + 1).min(cur[j] + 1);
-        }
-        prev = cur;
-    }
-    prev[b.len()]
 }
 
 #[cfg(test)]

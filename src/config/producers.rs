@@ -8,9 +8,9 @@
 
 use super::error::{ConfigError, closest};
 use super::loader::Instances;
+use crate::framework::context::DataKey;
 use crate::plugins::PluginName;
 use crate::plugins::registry::{BuildContext, Registry};
-use crate::scheduling::context::DataKey;
 
 /// Producer order and defaults.
 #[derive(Debug, Default)]

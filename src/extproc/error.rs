@@ -2,9 +2,9 @@
 //! with HTTP status and body `inference error: <Code> - <Msg>` (GIE's format and codes).
 
 use crate::flowcontrol::Outcome;
+use crate::framework::ScheduleError;
 use crate::request::openai::BodyError;
 use crate::request::parsers::ParseError;
-use crate::scheduling::ScheduleError;
 
 /// A request-processing failure that ends the request with an immediate response.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

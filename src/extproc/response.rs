@@ -6,6 +6,7 @@ use prost_types::value::Kind;
 use prost_types::{Struct, Value};
 
 use super::error::ExtProcError;
+use crate::framework::result::MetadataEdits;
 use crate::proto::envoy::config::core::v3::{HeaderValue, HeaderValueOption};
 use crate::proto::envoy::r#type::v3::HttpStatus;
 use crate::proto::ext_proc::processing_response::Response;
@@ -14,7 +15,6 @@ use crate::proto::ext_proc::{
     ProcessingResponse, StreamedBodyResponse, TrailersResponse, body_mutation,
 };
 use crate::request::headers::{DESTINATION_ENDPOINT, LB_METADATA_NAMESPACE};
-use crate::scheduling::result::MetadataEdits;
 
 /// Largest body chunk sent back in full-duplex mode (GIE's `BodyByteLimit`).
 pub const BODY_CHUNK_LIMIT: usize = 62_000;

@@ -23,6 +23,7 @@ use super::error::ExtProcError;
 use super::response::{self as resp, Direction};
 use super::service::Shared;
 use crate::flowcontrol::{DEFAULT_FLOW, FlowRequest, slo_ttft};
+use crate::framework::result::SchedulingResult;
 use crate::plugins::PluginName;
 use crate::proto::envoy::config::core::v3::HeaderMap;
 use crate::proto::ext_proc::processing_request::Request;
@@ -30,7 +31,6 @@ use crate::proto::ext_proc::{CommonResponse, ProcessingRequest, ProcessingRespon
 use crate::request::InferenceRequest;
 use crate::request::headers::{self, CONTENT_LENGTH, DESTINATION_ENDPOINT, REQUEST_ID, RequestHeaders};
 use crate::request::usage::{SseUsageScanner, Usage};
-use crate::scheduling::result::SchedulingResult;
 
 mod response_side;
 

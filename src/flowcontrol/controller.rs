@@ -14,10 +14,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::Outcome;
 use super::metrics::{FlowControlMetrics, FlowLabels};
+use super::policy::SaturationDetector;
 use super::queue::{Arrival, EntryId, Queues};
 use super::settings::FlowControlSettings;
 use crate::endpoints::store::EndpointStore;
-use crate::plugins::SaturationDetector;
 
 /// Dispatch period while requests wait.
 const TICK: Duration = Duration::from_millis(1);

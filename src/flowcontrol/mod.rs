@@ -9,6 +9,8 @@
 
 pub mod controller;
 pub mod metrics;
+pub mod policy;
+pub mod program_metrics;
 pub mod queue;
 pub mod settings;
 

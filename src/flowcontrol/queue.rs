@@ -12,8 +12,8 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use tokio::time::Instant;
 
+use super::policy::FlowView;
 use super::settings::{BandSettings, Fairness, FlowControlSettings, Ordering};
-use crate::plugins::FlowView;
 
 /// Identifies a queued request.
 pub type EntryId = u64;

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::plugins::FairnessPolicy;
+use super::policy::FairnessPolicy;
 
 /// Per-band `maxBytes` when the config sets none (1 GB, as GIE).
 pub const DEFAULT_BAND_MAX_BYTES: u64 = 1_000_000_000;

@@ -258,8 +258,8 @@ async fn slo_deadline_ordering_dispatches_the_tightest_ttft_slo_first() {
 #[tokio::test(start_paused = true)]
 async fn program_aware_fairness_dispatches_the_least_served_program_first() {
     use super::settings::{BandSettings, Fairness};
+    use crate::framework::build::{BuildContext, PluginSpec};
     use crate::plugins::fairness::program_aware;
-    use crate::plugins::registry::{BuildContext, PluginSpec};
     let spec = PluginSpec {
         name: "pa".into(),
         type_name: "program-aware-fairness".into(),
@@ -276,7 +276,7 @@ async fn program_aware_fairness_dispatches_the_least_served_program_first() {
         ..Default::default()
     };
     let usage = crate::request::usage::Usage { prompt_tokens: 1000, completion_tokens: 1000, cached_tokens: None };
-    let result = crate::scheduling::result::SchedulingResult {
+    let result = crate::framework::result::SchedulingResult {
         primary_profile: "p".into(),
         profiles: Vec::new(),
         destination_port: None,

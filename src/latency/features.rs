@@ -6,7 +6,27 @@
 use super::wire::{Features, Prediction};
 use crate::endpoints::model::Candidate;
 use crate::request::InferenceRequest;
-use crate::scheduling::data::LatencyPrediction;
+
+/// `LatencyPredictionInfo` of one endpoint: predicted latencies and headroom against the
+/// request's SLOs (`headroom = SLO - predicted`; an absent SLO counts as 0 ms).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct LatencyPrediction {
+    /// Predicted time to first token, ms.
+    pub ttft_ms: f64,
+    /// Predicted time per output token, ms.
+    pub tpot_ms: f64,
+    /// TTFT SLO minus predicted TTFT, ms.
+    pub ttft_headroom_ms: f64,
+    /// TPOT SLO (times the buffer factor) minus predicted TPOT, ms.
+    pub tpot_headroom_ms: f64,
+}
+
+impl LatencyPrediction {
+    /// True when both headrooms are >= 0 (the positive tier).
+    pub fn meets_slo(&self) -> bool {
+        self.ttft_headroom_ms >= 0.0 && self.tpot_headroom_ms >= 0.0
+    }
+}
 
 /// TTFT SLO headers, in order of preference.
 pub const SLO_TTFT_HEADERS: &[&str] = &["x-slo-ttft-ms", "x-llm-d-slo-ttft-ms"];

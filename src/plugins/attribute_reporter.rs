@@ -25,9 +25,9 @@ use tracing::debug;
 use super::registry::{BuildContext, BuildError, PluginSpec, decode_params};
 use super::{PluginInstance, ResponseHook};
 use crate::cel::{Program, Value};
+use crate::framework::result::{MetadataEdits, SchedulingResult};
 use crate::request::InferenceRequest;
 use crate::request::usage::Usage;
-use crate::scheduling::result::{MetadataEdits, SchedulingResult};
 
 /// Registered type name.
 pub const TYPE: &str = "request-attribute-reporter";
@@ -230,7 +230,7 @@ impl ResponseHook for AttributeReporter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheduling::result::ProfileResult;
+    use crate::framework::result::ProfileResult;
     use crate::test_util::{chat_request, endpoint};
     use serde_json::json;
 

@@ -10,12 +10,12 @@
 
 use std::sync::Arc;
 
+use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
+use crate::framework::result::{HeaderEdits, SchedulingResult};
 use crate::plugins::producer::passive::NoParams;
-use crate::plugins::registry::{BuildContext, BuildError, PluginSpec, decode_params};
 use crate::plugins::{PluginInstance, ResponseHook};
 use crate::request::usage::Usage;
 use crate::request::{InferenceRequest, ServedEndpoint};
-use crate::scheduling::result::{HeaderEdits, SchedulingResult};
 
 /// Type name.
 pub const TYPE: &str = "destination-endpoint-served-verifier";

@@ -4,10 +4,10 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::context::SchedulingContext;
-use super::result::ProfileResult;
 use crate::endpoints::model::Candidate;
-use crate::plugins::{Filter, Picker, PluginName, ScoredCandidate, Scorer};
+use crate::framework::context::SchedulingContext;
+use crate::framework::plugin::{Filter, Picker, PluginName, ScoredCandidate, Scorer};
+use crate::framework::result::ProfileResult;
 use crate::telemetry::twin::TwinHistogram;
 
 /// A plugin in a profile slot, with its timer.

@@ -7,16 +7,16 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::ScheduleError;
-use super::context::SchedulingContext;
-use super::data::RequestData;
 use super::metrics::{AdmissionCounters, SchedulerMetrics};
 use super::profile::{Profile, ProfileFailure, Slot};
-use super::result::{HeaderEdits, ProfileResults, SchedulingResult};
 use crate::endpoints::model::Candidate;
-use crate::plugins::{
+use crate::framework::ScheduleError;
+use crate::framework::context::SchedulingContext;
+use crate::framework::data::RequestData;
+use crate::framework::plugin::{
     Admitter, DataProducer, PluginName, PreRequest, ProfileHandler, ResponseHook, SaturationDetector,
 };
+use crate::framework::result::{HeaderEdits, ProfileResults, SchedulingResult};
 use crate::request::InferenceRequest;
 
 /// A decision and everything computed on the way.
@@ -229,8 +229,8 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
+    use crate::framework::plugin::{Admitter, PluginInstance};
     use crate::plugins::registry::{BuildContext, BuildError, PluginSpec, builtin};
-    use crate::plugins::{Admitter, PluginInstance};
     use crate::test_util::{chat_request, endpoint};
 
     /// Admits or denies everything.

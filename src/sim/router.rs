@@ -14,11 +14,11 @@ use super::workload::SimRequest;
 use crate::app::load_config;
 use crate::config::{ConfigErrors, LoadedConfig};
 use crate::endpoints::store::EndpointStore;
+use crate::framework::ScheduleError;
+use crate::framework::build::BuildContext;
 use crate::kvcache::PrefixIndex;
-use crate::plugins::registry::BuildContext;
 use crate::request::InferenceRequest;
 use crate::request::openai::{ApiKind, ParsedBody, Prompt};
-use crate::scheduling::ScheduleError;
 use crate::scheduling::metrics::SchedulerMetrics;
 
 /// Model name of every simulated request (also the KV-event topic model).

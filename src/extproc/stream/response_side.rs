@@ -5,11 +5,11 @@
 
 use super::{ResponseMode, Scheduled, StreamProcessor, read_headers};
 use crate::extproc::response::{self as resp, Direction};
+use crate::framework::result::{HeaderEdits, MetadataEdits};
 use crate::proto::envoy::config::core::v3::HeaderMap;
 use crate::proto::ext_proc::{CommonResponse, ProcessingResponse};
 use crate::request::headers;
 use crate::request::usage::{SseUsageScanner, Usage, restore_model_name, usage_from_json};
-use crate::scheduling::result::{HeaderEdits, MetadataEdits};
 
 impl StreamProcessor {
     pub(super) fn on_response_headers(

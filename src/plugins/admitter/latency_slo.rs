@@ -21,12 +21,12 @@ use std::sync::Arc;
 use serde::Deserialize;
 
 use crate::endpoints::model::Candidate;
+use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
+use crate::framework::context::{DataKey, SchedulingContext};
+use crate::framework::data::LatencyPrediction;
 use crate::latency::features::{SLO_TPOT_HEADERS, SLO_TTFT_HEADERS, slo_ms};
-use crate::plugins::registry::{BuildContext, BuildError, PluginSpec, decode_params};
 use crate::plugins::scorer::producer_name;
 use crate::plugins::{Admitter, Consumer, PluginInstance, PluginName};
-use crate::scheduling::context::{DataKey, SchedulingContext};
-use crate::scheduling::data::LatencyPrediction;
 
 /// Type name.
 pub const TYPE: &str = "latency-slo-admitter";
@@ -106,9 +106,9 @@ mod tests {
     use std::collections::HashMap;
 
     use super::*;
+    use crate::framework::data::{LatencyPredictions, RequestData};
     use crate::request::InferenceRequest;
     use crate::request::headers::RequestHeaders;
-    use crate::scheduling::data::{LatencyPredictions, RequestData};
     use crate::test_util::endpoint;
 
     fn admitter(params: serde_json::Value) -> Arc<dyn Admitter> {

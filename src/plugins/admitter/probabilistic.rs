@@ -19,9 +19,9 @@ use rand::{Rng, SeedableRng};
 use serde::Deserialize;
 
 use crate::endpoints::model::Candidate;
-use crate::plugins::registry::{BuildContext, BuildError, PluginSpec, decode_params};
+use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
+use crate::framework::context::SchedulingContext;
 use crate::plugins::{Admitter, PluginInstance};
-use crate::scheduling::context::SchedulingContext;
 
 /// Type name.
 pub const TYPE: &str = "probabilistic-admitter";
@@ -131,8 +131,8 @@ impl Admitter for ProbabilisticAdmitter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::framework::data::RequestData;
     use crate::request::InferenceRequest;
-    use crate::scheduling::data::RequestData;
     use crate::test_util::endpoint;
 
     fn seeded(p: &Params) -> ProbabilisticAdmitter {

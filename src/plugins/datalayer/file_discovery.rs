@@ -14,8 +14,8 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
+use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
 use crate::plugins::PluginInstance;
-use crate::plugins::registry::{BuildContext, BuildError, PluginSpec, decode_params};
 
 /// Registered type name.
 pub const TYPE: &str = "file-discovery";

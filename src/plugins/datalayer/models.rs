@@ -13,9 +13,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
 use crate::plugins::PluginInstance;
 use crate::plugins::producer::passive::NoParams;
-use crate::plugins::registry::{BuildContext, BuildError, PluginSpec, decode_params};
 
 /// Source type name.
 pub const SOURCE_TYPE: &str = "models-data-source";
@@ -44,7 +44,7 @@ impl Default for SourceParams {
 }
 
 fn de_opt_duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
-    crate::plugins::registry::de_duration(d).map(Some)
+    crate::framework::build::de_duration(d).map(Some)
 }
 
 /// Decodes and checks `models-data-source` parameters (shared by the factory and the loader).

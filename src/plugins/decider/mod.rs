@@ -14,10 +14,10 @@ pub mod prefix_based;
 use std::sync::Arc;
 
 use crate::endpoints::model::Candidate;
+use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
+use crate::framework::context::SchedulingContext;
 use crate::plugins::producer::passive::NoParams;
-use crate::plugins::registry::{BuildContext, BuildError, PluginSpec, decode_params};
 use crate::plugins::{Decider, PluginInstance};
-use crate::scheduling::context::SchedulingContext;
 
 /// Type name of the always-on P/D decider.
 pub const ALWAYS_PD: &str = "always-disagg-pd-decider";

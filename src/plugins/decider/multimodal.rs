@@ -5,11 +5,11 @@
 use std::sync::Arc;
 
 use crate::endpoints::model::Candidate;
+use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
+use crate::framework::context::SchedulingContext;
 use crate::plugins::producer::passive::NoParams;
-use crate::plugins::registry::{BuildContext, BuildError, PluginSpec, decode_params};
 use crate::plugins::{Decider, PluginInstance};
 use crate::request::openai::{ChatMessage, MessageContent, Prompt, ResponsesInput};
-use crate::scheduling::context::SchedulingContext;
 
 /// Type name.
 pub const TYPE: &str = "always-disagg-multimodal-decider";

@@ -15,9 +15,9 @@ use std::sync::Arc;
 use serde::Deserialize;
 
 use crate::endpoints::model::Candidate;
-use crate::plugins::registry::{BuildContext, BuildError, PluginSpec, decode_params};
+use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
+use crate::framework::context::{DataKey, SchedulingContext};
 use crate::plugins::{Consumer, Decider, PluginInstance};
-use crate::scheduling::context::{DataKey, SchedulingContext};
 
 /// Type name.
 pub const TYPE: &str = "prefix-based-pd-decider";
@@ -85,7 +85,7 @@ impl Decider for PrefixBasedDecider {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheduling::data::{MatchInfo, PrefixMatches, RequestData};
+    use crate::framework::data::{MatchInfo, PrefixMatches, RequestData};
     use crate::test_util::{context_for, endpoint};
 
     fn data(tokens: usize, matched_blocks: usize) -> RequestData {

@@ -7,5 +7,6 @@
 //! - `metrics`: the `llm_d_epp_program_aware_*` gauges.
 
 pub mod las;
-pub mod metrics;
+// The gauges live with Flow Control so `framework::build::PluginMetrics` can hold them.
+pub use crate::flowcontrol::program_metrics as metrics;
 pub mod program_aware;

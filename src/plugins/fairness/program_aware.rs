@@ -30,12 +30,12 @@ use tokio::time::Instant;
 use super::las::{self, Decay, Program};
 use super::metrics::ProgramAwareMetrics;
 use crate::flowcontrol::DEFAULT_FLOW;
-use crate::plugins::registry::{BuildContext, BuildError, PluginSpec, decode_params};
+use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
+use crate::framework::context::SchedulingContext;
+use crate::framework::result::{HeaderEdits, SchedulingResult};
 use crate::plugins::{FairnessPolicy, FlowView, PluginInstance, PreRequest, ResponseHook};
 use crate::request::InferenceRequest;
 use crate::request::usage::Usage;
-use crate::scheduling::context::SchedulingContext;
-use crate::scheduling::result::{HeaderEdits, SchedulingResult};
 
 /// Type name.
 pub const TYPE: &str = "program-aware-fairness";

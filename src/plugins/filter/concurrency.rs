@@ -17,13 +17,13 @@ use std::sync::Arc;
 use serde::Deserialize;
 
 use crate::endpoints::model::Candidate;
+use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
+use crate::framework::context::SchedulingContext;
+use crate::framework::result::{HeaderEdits, SchedulingResult};
 use crate::plugins::producer::inflight::state::Ledger;
-use crate::plugins::registry::{BuildContext, BuildError, PluginSpec, decode_params};
 use crate::plugins::{Filter, PluginInstance, PreRequest, ResponseHook, SaturationDetector};
 use crate::request::InferenceRequest;
 use crate::request::usage::Usage;
-use crate::scheduling::context::SchedulingContext;
-use crate::scheduling::result::{HeaderEdits, SchedulingResult};
 
 /// Type name.
 pub const TYPE: &str = "concurrency-detector";
@@ -136,8 +136,8 @@ impl ResponseHook for ConcurrencyDetector {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheduling::data::RequestData;
-    use crate::scheduling::result::ProfileResult;
+    use crate::framework::data::RequestData;
+    use crate::framework::result::ProfileResult;
     use crate::test_util::{chat_request, context_for, endpoint};
 
     #[test]

@@ -21,10 +21,10 @@ use std::sync::Arc;
 use serde::Deserialize;
 
 use crate::endpoints::model::Candidate;
-use crate::plugins::registry::{BuildContext, BuildError, PluginSpec, decode_params};
+use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
+use crate::framework::context::{DataKey, SchedulingContext};
 use crate::plugins::scorer::producer_name;
 use crate::plugins::{Consumer, Filter, PluginInstance, PluginName};
-use crate::scheduling::context::{DataKey, SchedulingContext};
 
 /// Type name.
 pub const TYPE: &str = "prefix-cache-affinity-filter";
@@ -199,7 +199,7 @@ impl Filter for PrefixAffinityFilter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheduling::data::{
+    use crate::framework::data::{
         InFlightLoads, LatencyPrediction, LatencyPredictions, MatchInfo, PrefixMatches, RequestData,
     };
     use crate::test_util::{context_for, endpoint};

@@ -8,10 +8,10 @@
 use std::sync::Arc;
 
 use crate::endpoints::model::{Candidate, ROLE_LABEL};
+use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
+use crate::framework::context::SchedulingContext;
 use crate::plugins::producer::passive::NoParams;
-use crate::plugins::registry::{BuildContext, BuildError, PluginSpec, decode_params};
 use crate::plugins::{Filter, PluginInstance};
-use crate::scheduling::context::SchedulingContext;
 
 /// `decode-filter`.
 pub const DECODE: &str = "decode-filter";

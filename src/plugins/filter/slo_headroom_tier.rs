@@ -14,11 +14,11 @@ use std::sync::Arc;
 use serde::Deserialize;
 
 use crate::endpoints::model::Candidate;
-use crate::plugins::registry::{BuildContext, BuildError, PluginSpec, decode_params};
+use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
+use crate::framework::context::{DataKey, SchedulingContext};
+use crate::framework::data::LatencyPredictions;
 use crate::plugins::scorer::producer_name;
 use crate::plugins::{Consumer, Filter, PluginInstance, PluginName};
-use crate::scheduling::context::{DataKey, SchedulingContext};
-use crate::scheduling::data::LatencyPredictions;
 
 /// Type name.
 pub const TYPE: &str = "slo-headroom-tier-filter";
@@ -92,7 +92,7 @@ impl Filter for SloHeadroomTierFilter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheduling::data::{LatencyPrediction, RequestData};
+    use crate::framework::data::{LatencyPrediction, RequestData};
     use crate::test_util::{context_for, endpoint};
 
     /// a meets both SLOs, b misses TTFT, c has no prediction.

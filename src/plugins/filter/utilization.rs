@@ -13,9 +13,9 @@ use serde::Deserialize;
 use tokio::time::Instant;
 
 use crate::endpoints::model::Candidate;
-use crate::plugins::registry::{BuildContext, BuildError, PluginSpec, de_duration, decode_params};
+use crate::framework::build::{BuildContext, BuildError, PluginSpec, de_duration, decode_params};
+use crate::framework::context::SchedulingContext;
 use crate::plugins::{Filter, PluginInstance, SaturationDetector};
-use crate::scheduling::context::SchedulingContext;
 
 /// Type name.
 pub const TYPE: &str = "utilization-detector";

@@ -7,9 +7,9 @@ use rand::seq::SliceRandom;
 
 use super::PickerParams;
 use crate::endpoints::model::Candidate;
-use crate::plugins::registry::{BuildContext, BuildError, PluginSpec, decode_params};
+use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
+use crate::framework::context::SchedulingContext;
 use crate::plugins::{Picker, PluginInstance, ScoredCandidate};
-use crate::scheduling::context::SchedulingContext;
 
 /// Type name.
 pub const TYPE: &str = "max-score-picker";

@@ -17,9 +17,11 @@ use serde::Deserialize;
 use tokio::sync::broadcast;
 use tracing::warn;
 
+use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
 use crate::k8s::notify::{self, Gvk, Notification};
-use crate::plugins::registry::{BuildContext, BuildError, PluginSpec, decode_params};
-use crate::plugins::{BackgroundService, PluginInstance, PluginName, ServiceContext, ServiceFuture};
+use crate::plugins::{
+    BackgroundService, NotificationSource, PluginInstance, PluginName, ServiceContext, ServiceFuture,
+};
 
 /// Registered type name.
 pub const TYPE: &str = "k8s-notification-source";
@@ -66,6 +68,16 @@ impl K8sNotificationSource {
     }
 }
 
+impl NotificationSource for K8sNotificationSource {
+    fn gvk(&self) -> &Gvk {
+        K8sNotificationSource::gvk(self)
+    }
+
+    fn subscribe(&self) -> broadcast::Receiver<Notification> {
+        K8sNotificationSource::subscribe(self)
+    }
+}
+
 impl BackgroundService for K8sNotificationSource {
     fn start(&self, cx: ServiceContext) -> ServiceFuture<'_, Result<(), String>> {
         Box::pin(async move {
@@ -98,7 +110,7 @@ pub fn build(spec: &PluginSpec, cx: &BuildContext) -> Result<PluginInstance, Bui
         return Err(BuildError::new(path("kind"), "is required (e.g. ConfigMap)"));
     }
     let gvk = Gvk { group: p.group, version: p.version, kind: p.kind };
-    if let Some(other) = cx.earlier.iter().find(|i| i.notification_source.as_ref().is_some_and(|s| *s.gvk == gvk)) {
+    if let Some(other) = cx.earlier.iter().find(|i| i.notification_source.as_ref().is_some_and(|s| *s.gvk() == gvk)) {
         return Err(BuildError::new(
             &spec.path,
             format!("plugin {:?} already watches {gvk}; one notification source per kind", &*other.name),

@@ -32,16 +32,16 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::endpoints::model::Candidate;
+use crate::framework::build::{BuildContext, BuildError, PluginSpec, de_duration, decode_params};
+use crate::framework::context::{DataKey, SchedulingContext};
+use crate::framework::data::{LatencyPredictions, RequestData};
+use crate::framework::result::{HeaderEdits, SchedulingResult};
 use crate::latency::features::{SLO_TPOT_HEADERS, SLO_TTFT_HEADERS, slo_ms, with_headroom};
 use crate::latency::trainer::Trainer;
 use crate::latency::{Predicted, Predictor};
-use crate::plugins::registry::{BuildContext, BuildError, PluginSpec, de_duration, decode_params};
 use crate::plugins::{DataProducer, PluginInstance, PluginName, PreRequest, ResponseHook};
 use crate::request::InferenceRequest;
 use crate::request::usage::Usage;
-use crate::scheduling::context::{DataKey, SchedulingContext};
-use crate::scheduling::data::{LatencyPredictions, RequestData};
-use crate::scheduling::result::{HeaderEdits, SchedulingResult};
 
 /// Type name.
 pub const TYPE: &str = "predicted-latency-producer";

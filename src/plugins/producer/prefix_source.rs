@@ -7,10 +7,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::endpoints::model::{Candidate, EndpointId};
+use crate::framework::context::DataKey;
+use crate::framework::data::{MatchInfo, PrefixMatches, RequestData};
 use crate::plugins::{DataProducer, PluginName};
 use crate::request::InferenceRequest;
-use crate::scheduling::context::DataKey;
-use crate::scheduling::data::{MatchInfo, PrefixMatches, RequestData};
 
 /// A source of prefix matches.
 pub trait PrefixSource: Send + Sync + std::fmt::Debug {

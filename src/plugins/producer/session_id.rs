@@ -15,12 +15,12 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::endpoints::model::Candidate;
-use crate::plugins::registry::{BuildContext, BuildError, PluginSpec, de_duration, decode_params};
+use crate::framework::build::{BuildContext, BuildError, PluginSpec, de_duration, decode_params};
+use crate::framework::context::DataKey;
+use crate::framework::data::RequestData;
 use crate::plugins::{DataProducer, PluginInstance};
 use crate::request::InferenceRequest;
 use crate::request::headers::RequestHeaders;
-use crate::scheduling::context::DataKey;
-use crate::scheduling::data::RequestData;
 
 /// Type name.
 pub const TYPE: &str = "session-id-producer";

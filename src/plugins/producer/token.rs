@@ -26,12 +26,12 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::endpoints::model::Candidate;
-use crate::plugins::registry::{BuildContext, BuildError, PluginSpec, de_duration, decode_params};
+use crate::framework::build::{BuildContext, BuildError, PluginSpec, de_duration, decode_params};
+use crate::framework::context::DataKey;
+use crate::framework::data::RequestData;
 use crate::plugins::{DataProducer, PluginInstance};
 use crate::request::InferenceRequest;
 use crate::request::estimate::estimate_tokens;
-use crate::scheduling::context::DataKey;
-use crate::scheduling::data::RequestData;
 use crate::tokenize::local::{CacheBounds, LocalBackend};
 use crate::tokenize::pool::BlockingPool;
 use crate::tokenize::render_client::RenderClient;

@@ -10,12 +10,12 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
-use crate::plugins::registry::{BuildContext, BuildError, PluginSpec, decode_params};
+use crate::framework::ScheduleError;
+use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
+use crate::framework::context::SchedulingContext;
+use crate::framework::result::{HeaderEdits, ProfileResults, SchedulingResult};
 use crate::plugins::{PluginInstance, PreRequest, ProfileHandler};
 use crate::request::headers::DATA_PARALLEL_HOST_PORT;
-use crate::scheduling::ScheduleError;
-use crate::scheduling::context::SchedulingContext;
-use crate::scheduling::result::{HeaderEdits, ProfileResults, SchedulingResult};
 
 /// Type name.
 pub const TYPE: &str = "data-parallel-profile-handler";
@@ -81,7 +81,7 @@ impl PreRequest for DataParallelHandler {
 mod tests {
     use super::*;
     use crate::endpoints::model::Endpoint;
-    use crate::scheduling::result::ProfileResult;
+    use crate::framework::result::ProfileResult;
     use crate::test_util::{context_for, endpoint};
 
     #[test]

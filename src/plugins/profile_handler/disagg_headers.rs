@@ -13,11 +13,11 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
-use crate::plugins::registry::{BuildContext, BuildError, PluginSpec, decode_params};
+use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
+use crate::framework::context::SchedulingContext;
+use crate::framework::result::{HeaderEdits, SchedulingResult};
 use crate::plugins::{PluginInstance, PreRequest};
 use crate::request::headers::{ENCODER_HOSTS_PORTS, PREFILLER_HOST_PORT};
-use crate::scheduling::context::SchedulingContext;
-use crate::scheduling::result::{HeaderEdits, SchedulingResult};
 
 /// Type name (deprecated; the handler's own pre-request does the same).
 pub const TYPE: &str = "disagg-headers-handler";
@@ -78,7 +78,7 @@ impl PreRequest for DisaggHeaders {
 mod tests {
     use super::*;
     use crate::endpoints::model::Endpoint;
-    use crate::scheduling::result::ProfileResult;
+    use crate::framework::result::ProfileResult;
     use crate::test_util::{context_for, endpoint};
 
     fn result(with_prefill: bool) -> SchedulingResult {

@@ -3,11 +3,11 @@
 
 use std::sync::Arc;
 
-use crate::plugins::registry::{BuildContext, BuildError, PluginSpec, decode_params};
+use crate::framework::ScheduleError;
+use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
+use crate::framework::context::SchedulingContext;
+use crate::framework::result::{ProfileResults, SchedulingResult};
 use crate::plugins::{PluginInstance, ProfileHandler};
-use crate::scheduling::ScheduleError;
-use crate::scheduling::context::SchedulingContext;
-use crate::scheduling::result::{ProfileResults, SchedulingResult};
 
 /// Type name.
 pub const TYPE: &str = "single-profile-handler";

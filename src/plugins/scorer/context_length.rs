@@ -16,9 +16,9 @@ use std::sync::Arc;
 use serde::Deserialize;
 
 use crate::endpoints::model::Candidate;
-use crate::plugins::registry::{BuildContext, BuildError, PluginSpec, decode_params};
+use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
+use crate::framework::context::{DataKey, SchedulingContext};
 use crate::plugins::{Consumer, Filter, PluginInstance, Scorer};
-use crate::scheduling::context::{DataKey, SchedulingContext};
 
 /// Type name.
 pub const TYPE: &str = "context-length-aware";
@@ -107,7 +107,7 @@ impl Filter for ContextLengthAware {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheduling::data::RequestData;
+    use crate::framework::data::RequestData;
     use crate::test_util::{context_for, endpoint};
 
     #[test]

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use serde::Deserialize;
 
 use crate::endpoints::model::Candidate;
-use crate::plugins::registry::{BuildContext, BuildError, PluginSpec, decode_params};
+use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
+use crate::framework::context::SchedulingContext;
 use crate::plugins::{PluginInstance, Scorer};
-use crate::scheduling::context::SchedulingContext;
 
 /// Type name.
 pub const TYPE: &str = "load-aware-scorer";

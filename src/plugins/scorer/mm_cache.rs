@@ -11,9 +11,9 @@ use serde::Deserialize;
 
 use super::producer_name;
 use crate::endpoints::model::Candidate;
-use crate::plugins::registry::{BuildContext, BuildError, PluginSpec, decode_params};
+use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
+use crate::framework::context::{DataKey, SchedulingContext};
 use crate::plugins::{Consumer, PluginInstance, PluginName, Scorer};
-use crate::scheduling::context::{DataKey, SchedulingContext};
 
 /// Type name.
 pub const TYPE: &str = "mm-embeddings-cache-scorer";
@@ -65,7 +65,7 @@ impl Scorer for MmCacheScorer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheduling::data::{EncoderCacheMatches, RequestData};
+    use crate::framework::data::{EncoderCacheMatches, RequestData};
     use crate::test_util::{context_for, endpoint};
 
     fn data(name: &str) -> RequestData {

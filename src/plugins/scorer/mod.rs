@@ -36,8 +36,8 @@ pub fn min_max_inverse(values: &[f64]) -> Vec<f64> {
 #[cfg(test)]
 pub(crate) mod contract {
     //! Contract every scorer satisfies: exactly one score per candidate, each in [0, 1].
+    use crate::framework::data::RequestData;
     use crate::plugins::Scorer;
-    use crate::scheduling::data::RequestData;
     use crate::test_util::{context_for, endpoint};
 
     /// Runs the contract over a few candidate sets.

@@ -14,10 +14,10 @@ use std::sync::{Arc, Mutex};
 use serde::Deserialize;
 
 use crate::endpoints::model::{Candidate, EndpointId};
-use crate::plugins::registry::{BuildContext, BuildError, PluginSpec, decode_params};
+use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
+use crate::framework::context::{DataKey, SchedulingContext};
+use crate::framework::result::{HeaderEdits, SchedulingResult};
 use crate::plugins::{Consumer, PluginInstance, PluginName, PreRequest, Scorer};
-use crate::scheduling::context::{DataKey, SchedulingContext};
-use crate::scheduling::result::{HeaderEdits, SchedulingResult};
 
 /// Type name.
 pub const TYPE: &str = "no-hit-lru-scorer";
@@ -131,8 +131,8 @@ impl PreRequest for NoHitLruScorer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheduling::data::{MatchInfo, PrefixMatches, RequestData};
-    use crate::scheduling::result::ProfileResult;
+    use crate::framework::data::{MatchInfo, PrefixMatches, RequestData};
+    use crate::framework::result::ProfileResult;
     use crate::test_util::{context_for, endpoint};
 
     #[test]

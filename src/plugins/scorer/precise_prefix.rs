@@ -7,9 +7,9 @@
 use std::sync::Arc;
 
 use super::prefix_cache::PrefixCacheScorer;
+use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
 use crate::plugins::PluginInstance;
 use crate::plugins::producer::precise_prefix::{build_producer, params::Params, producer_instance};
-use crate::plugins::registry::{BuildContext, BuildError, PluginSpec, decode_params};
 
 /// Type name.
 pub const TYPE: &str = "precise-prefix-cache-scorer";

@@ -11,9 +11,9 @@ use std::sync::Arc;
 use serde::Deserialize;
 
 use crate::endpoints::model::Candidate;
-use crate::plugins::registry::{BuildContext, BuildError, PluginSpec, decode_params};
+use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
+use crate::framework::context::{DataKey, SchedulingContext};
 use crate::plugins::{Consumer, PluginInstance, PluginName, Scorer};
-use crate::scheduling::context::{DataKey, SchedulingContext};
 
 /// Type name.
 pub const TYPE: &str = "prefix-cache-scorer";
@@ -109,7 +109,7 @@ impl Scorer for PrefixCacheScorer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheduling::data::{MatchInfo, PrefixMatches, RequestData};
+    use crate::framework::data::{MatchInfo, PrefixMatches, RequestData};
     use crate::test_util::{context_for, endpoint};
 
     fn data() -> RequestData {

@@ -4,9 +4,9 @@
 use std::sync::Arc;
 
 use crate::endpoints::model::Candidate;
-use crate::plugins::registry::{BuildContext, BuildError, PluginSpec, decode_params};
+use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
+use crate::framework::context::SchedulingContext;
 use crate::plugins::{PluginInstance, Scorer};
-use crate::scheduling::context::SchedulingContext;
 
 /// Type name.
 pub const TYPE: &str = "queue-scorer";

@@ -10,9 +10,9 @@ use std::sync::Arc;
 use serde::Deserialize;
 
 use crate::endpoints::model::Candidate;
-use crate::plugins::registry::{BuildContext, BuildError, PluginSpec, decode_params};
+use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
+use crate::framework::context::{DataKey, SchedulingContext};
 use crate::plugins::{Consumer, PluginInstance, PluginName, Scorer};
-use crate::scheduling::context::{DataKey, SchedulingContext};
 
 /// Type name.
 pub const TYPE: &str = "token-load-scorer";
@@ -67,7 +67,7 @@ impl Scorer for TokenLoadScorer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheduling::data::{InFlightLoads, RequestData};
+    use crate::framework::data::{InFlightLoads, RequestData};
     use crate::test_util::{context_for, endpoint};
 
     #[test]

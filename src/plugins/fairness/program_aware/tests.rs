@@ -8,8 +8,8 @@ use std::time::Duration;
 use super::*;
 use crate::flowcontrol::queue::Queues;
 use crate::flowcontrol::settings::{BandSettings, Fairness, FlowControlSettings};
+use crate::framework::data::RequestData;
 use crate::request::headers::RequestHeaders;
-use crate::scheduling::data::RequestData;
 
 fn policy(params: serde_json::Value) -> (Arc<ProgramAwareFairness>, prometheus::Registry) {
     let p: Params = if params.is_null() { Params::default() } else { serde_json::from_value(params).expect("params") };

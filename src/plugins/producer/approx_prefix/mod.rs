@@ -22,12 +22,12 @@ use serde::Deserialize;
 use super::prefix_source::PrefixSource;
 use crate::endpoints::model::{Candidate, EndpointId};
 use crate::endpoints::store::EndpointStore;
-use crate::plugins::registry::{BuildContext, BuildError, PluginMetrics, PluginSpec, decode_params};
+use crate::framework::build::{BuildContext, BuildError, PluginMetrics, PluginSpec, decode_params};
+use crate::framework::context::SchedulingContext;
+use crate::framework::data::MatchInfo;
+use crate::framework::result::{HeaderEdits, SchedulingResult};
 use crate::plugins::{PluginInstance, PluginName, PreRequest};
 use crate::request::InferenceRequest;
-use crate::scheduling::context::SchedulingContext;
-use crate::scheduling::data::MatchInfo;
-use crate::scheduling::result::{HeaderEdits, SchedulingResult};
 use crate::telemetry::twin::{TwinGauge, TwinHistogram};
 use index::ApproxIndex;
 

@@ -26,13 +26,13 @@ use std::sync::Arc;
 use serde::Deserialize;
 
 use crate::endpoints::model::Candidate;
-use crate::plugins::registry::{BuildContext, BuildError, PluginSpec, decode_params};
+use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
+use crate::framework::context::{DataKey, SchedulingContext};
+use crate::framework::data::{InFlightLoads, PrefixMatches, RequestData};
+use crate::framework::result::{HeaderEdits, SchedulingResult};
 use crate::plugins::{DataProducer, PluginInstance, PluginName, PreRequest, ResponseHook};
 use crate::request::InferenceRequest;
 use crate::request::usage::Usage;
-use crate::scheduling::context::{DataKey, SchedulingContext};
-use crate::scheduling::data::{InFlightLoads, PrefixMatches, RequestData};
-use crate::scheduling::result::{HeaderEdits, SchedulingResult};
 use state::{Gauges, Ledger};
 
 /// Type name.

@@ -1,6 +1,6 @@
 use super::*;
-use crate::scheduling::data::MatchInfo;
-use crate::scheduling::result::ProfileResult;
+use crate::framework::data::MatchInfo;
+use crate::framework::result::ProfileResult;
 use crate::test_util::{context_for, endpoint, token_request};
 
 fn matches() -> PrefixMatches {
@@ -98,7 +98,7 @@ fn parameters_are_strict() {
 
 #[test]
 fn gauges_follow_the_ledger_and_drop_at_zero() {
-    let metrics = crate::plugins::registry::PluginMetrics::default();
+    let metrics = crate::framework::build::PluginMetrics::default();
     let p = InFlightProducer::new("inflight".into(), None, None)
         .with_gauges(metrics.inflight_requests.clone(), metrics.inflight_tokens.clone());
     let (request, r) = schedule_20_tokens(&p);

@@ -37,16 +37,16 @@ use tokio::time::Instant;
 
 use crate::endpoints::model::{Candidate, EndpointId};
 use crate::endpoints::store::EndpointStore;
+use crate::framework::build::{BuildContext, BuildError, PluginMetrics, PluginSpec, decode_params};
+use crate::framework::context::{DataKey, SchedulingContext};
+use crate::framework::data::{EncoderCacheMatches, RequestData};
+use crate::framework::result::{HeaderEdits, SchedulingResult};
 use crate::latency::EncoderCacheSizes;
 use crate::latency::features::EncoderSizes;
-use crate::plugins::registry::{BuildContext, BuildError, PluginMetrics, PluginSpec, decode_params};
 use crate::plugins::{DataProducer, PluginInstance, PluginName, PreRequest, ResponseHook};
 use crate::request::InferenceRequest;
 use crate::request::multimodal::{MediaItem, Modality};
 use crate::request::usage::Usage;
-use crate::scheduling::context::{DataKey, SchedulingContext};
-use crate::scheduling::data::{EncoderCacheMatches, RequestData};
-use crate::scheduling::result::{HeaderEdits, SchedulingResult};
 use pod_cache::PodCache;
 
 /// Type name.

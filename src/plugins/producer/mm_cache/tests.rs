@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use super::*;
 use crate::endpoints::model::Candidate;
+use crate::framework::result::ProfileResult;
 use crate::plugins::Scorer;
 use crate::plugins::scorer::mm_cache::MmCacheScorer;
 use crate::request::openai::{ApiKind, parse_body};
-use crate::scheduling::result::ProfileResult;
 use crate::test_util::endpoint;
 
 fn image_request(id: &str, urls: &[&str]) -> InferenceRequest {

@@ -23,18 +23,18 @@ use tokio::sync::watch;
 use super::prefix_source::PrefixSource;
 use crate::endpoints::model::{Candidate, EndpointId};
 use crate::endpoints::store::EndpointStore;
+use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
+use crate::framework::context::SchedulingContext;
+use crate::framework::data::MatchInfo;
+use crate::framework::result::{HeaderEdits, SchedulingResult};
 use crate::kvcache::hashing::HashExtras;
 use crate::kvcache::index::KeyMode;
 use crate::kvcache::{
     DriftDetector, KvCacheMetrics, KvEventSource, PrefixIndex, SpeculativeLedger, Subscriber, SubscriberConfig,
     SubscriberHandle,
 };
-use crate::plugins::registry::{BuildContext, BuildError, PluginSpec, decode_params};
 use crate::plugins::{BackgroundService, PluginInstance, PluginName, PreRequest, ServiceContext, ServiceFuture};
 use crate::request::InferenceRequest;
-use crate::scheduling::context::SchedulingContext;
-use crate::scheduling::data::MatchInfo;
-use crate::scheduling::result::{HeaderEdits, SchedulingResult};
 use params::{Derived, Params};
 
 /// Type name.

@@ -27,12 +27,12 @@ use prometheus::IntCounterVec;
 
 use super::disagg_headers;
 use crate::endpoints::model::Candidate;
-use crate::plugins::registry::{BuildContext, BuildError, PluginSpec};
+use crate::framework::ScheduleError;
+use crate::framework::build::{BuildContext, BuildError, PluginSpec};
+use crate::framework::context::SchedulingContext;
+use crate::framework::result::{HeaderEdits, ProfileResults, SchedulingResult};
 use crate::plugins::{Decider, PluginInstance, PluginName, PreRequest, ProfileHandler};
 use crate::request::headers::DATA_PARALLEL_HOST_PORT;
-use crate::scheduling::ScheduleError;
-use crate::scheduling::context::SchedulingContext;
-use crate::scheduling::result::{HeaderEdits, ProfileResults, SchedulingResult};
 use params::{DeciderRef, Settings, StageOrder};
 
 /// Type name.

@@ -3,7 +3,7 @@
 
 use serde::Deserialize;
 
-use crate::plugins::registry::{BuildError, PluginSpec, decode_params};
+use crate::framework::build::{BuildError, PluginSpec, decode_params};
 
 /// Order in which the stages run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

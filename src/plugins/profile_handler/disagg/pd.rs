@@ -16,10 +16,10 @@
 use std::sync::Arc;
 
 use super::params::{DeciderRef, PdParams, Settings, StageOrder};
+use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
 use crate::plugins::Decider;
 use crate::plugins::PluginInstance;
 use crate::plugins::decider::{AlwaysDecider, prefix_based::PrefixBasedDecider};
-use crate::plugins::registry::{BuildContext, BuildError, PluginSpec, decode_params};
 
 /// Type name.
 pub const TYPE: &str = "pd-profile-handler";

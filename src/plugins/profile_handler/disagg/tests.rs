@@ -138,7 +138,7 @@ struct NeedsPeer;
 impl crate::plugins::Filter for NeedsPeer {
     fn filter(
         &self,
-        cx: &crate::scheduling::context::SchedulingContext<'_>,
+        cx: &crate::framework::context::SchedulingContext<'_>,
         candidates: Vec<crate::endpoints::model::Candidate>,
     ) -> Vec<crate::endpoints::model::Candidate> {
         let Some(peer) = cx.data.peer_endpoint() else { return Vec::new() };
@@ -147,9 +147,9 @@ impl crate::plugins::Filter for NeedsPeer {
 }
 
 fn needs_peer(
-    spec: &crate::plugins::registry::PluginSpec,
+    spec: &crate::framework::build::PluginSpec,
     _: &BuildContext,
-) -> Result<crate::plugins::PluginInstance, crate::plugins::registry::BuildError> {
+) -> Result<crate::plugins::PluginInstance, crate::framework::build::BuildError> {
     Ok(crate::plugins::PluginInstance::new(spec.name.clone(), "needs-peer").with_filter(std::sync::Arc::new(NeedsPeer)))
 }
 

@@ -2,7 +2,7 @@
 //! normalised signals, positive-tier headroom scores, negative-tier deficit scores and the
 //! composite fallback. Pure functions over slices; every output is in [0, 1].
 
-use crate::scheduling::data::LatencyPrediction;
+use crate::framework::data::LatencyPrediction;
 
 /// Min-max normalisation of `v` (all zeros when the range is 0 or not finite).
 fn normalise(v: &[f64]) -> (Vec<f64>, bool) {

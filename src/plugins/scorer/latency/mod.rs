@@ -34,12 +34,12 @@ use std::sync::Arc;
 use serde::Deserialize;
 
 use crate::endpoints::model::Candidate;
+use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
+use crate::framework::context::{DataKey, SchedulingContext};
+use crate::framework::data::LatencyPrediction;
 use crate::plugins::filter::slo_headroom_tier::pick_positive;
-use crate::plugins::registry::{BuildContext, BuildError, PluginSpec, decode_params};
 use crate::plugins::scorer::producer_name;
 use crate::plugins::{Consumer, PluginInstance, PluginName, Scorer};
-use crate::scheduling::context::{DataKey, SchedulingContext};
-use crate::scheduling::data::LatencyPrediction;
 
 /// Type name.
 pub const TYPE: &str = "latency-scorer";

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use super::*;
-use crate::scheduling::data::{LatencyPredictions, MatchInfo, PrefixMatches, RequestData};
+use crate::framework::data::{LatencyPredictions, MatchInfo, PrefixMatches, RequestData};
 use crate::test_util::{context_for, endpoint};
 
 fn scorer(params: serde_json::Value) -> LatencyScorer {

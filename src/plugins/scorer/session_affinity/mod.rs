@@ -27,13 +27,13 @@ use base64::engine::general_purpose::STANDARD;
 use serde::Deserialize;
 
 use crate::endpoints::model::Candidate;
-use crate::plugins::registry::{BuildContext, BuildError, PluginSpec, decode_params};
+use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
+use crate::framework::context::SchedulingContext;
+use crate::framework::result::{HeaderEdits, SchedulingResult};
 use crate::plugins::{PluginInstance, PreRequest, ResponseHook, Scorer};
 use crate::request::InferenceRequest;
 use crate::request::headers::SESSION_TOKEN;
 use crate::request::usage::Usage;
-use crate::scheduling::context::SchedulingContext;
-use crate::scheduling::result::{HeaderEdits, SchedulingResult};
 pub use sessions::Sessions;
 
 /// Type name.
@@ -242,8 +242,8 @@ impl ResponseHook for SessionAffinity {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::framework::result::ProfileResult;
     use crate::request::headers::RequestHeaders;
-    use crate::scheduling::result::ProfileResult;
     use crate::test_util::{context_for, endpoint};
 
     fn plugin(parameters: serde_json::Value) -> Result<PluginInstance, BuildError> {

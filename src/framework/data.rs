@@ -6,8 +6,10 @@
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
+use super::plugin::PluginName;
 use crate::endpoints::model::{Candidate, EndpointId};
-use crate::plugins::PluginName;
+// Defined next to the predictor that fills it; part of the per-request data vocabulary.
+pub use crate::latency::features::LatencyPrediction;
 
 /// How much of the request's prefix one endpoint holds.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -45,27 +47,6 @@ pub struct InFlightLoads {
     pub uncached_tokens: HashMap<EndpointId, u64>,
     /// Requests and tokens in flight per endpoint.
     pub per_endpoint: HashMap<EndpointId, (u64, u64)>,
-}
-
-/// `LatencyPredictionInfo` of one endpoint: predicted latencies and headroom against the
-/// request's SLOs (`headroom = SLO - predicted`; an absent SLO counts as 0 ms).
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct LatencyPrediction {
-    /// Predicted time to first token, ms.
-    pub ttft_ms: f64,
-    /// Predicted time per output token, ms.
-    pub tpot_ms: f64,
-    /// TTFT SLO minus predicted TTFT, ms.
-    pub ttft_headroom_ms: f64,
-    /// TPOT SLO (times the buffer factor) minus predicted TPOT, ms.
-    pub tpot_headroom_ms: f64,
-}
-
-impl LatencyPrediction {
-    /// True when both headrooms are >= 0 (the positive tier).
-    pub fn meets_slo(&self) -> bool {
-        self.ttft_headroom_ms >= 0.0 && self.tpot_headroom_ms >= 0.0
-    }
 }
 
 /// `LatencyPredictionInfo` for the candidates one producer obtained a prediction for;

@@ -4,7 +4,7 @@
 use tokio::time::Instant;
 
 use super::data::RequestData;
-use crate::plugins::PluginName;
+use super::plugin::PluginName;
 use crate::request::InferenceRequest;
 
 /// A kind of per-request data, with the producer instance it comes from where several
