@@ -110,7 +110,11 @@ impl ScrapeFlags {
         let default = extractor.default_engine.as_str();
         let from_config = extractor.engine_configs.iter().any(|e| e.name == default);
         let mut mapping =
-            engines.get(default).cloned().or_else(|| builtin_engine(default)).unwrap_or_else(|| empty_mapping(default));
+            engines.get(default).cloned().or_else(|| builtin_engine(default)).unwrap_or_else(|| EngineMapping {
+                cache_block_size_label: "block_size".into(),
+                cache_num_blocks_label: "num_gpu_blocks".into(),
+                ..EngineMapping::disabled(default)
+            });
         let flags: [(&'static str, &Option<String>, SpecSlot); 5] = [
             ("--total-queued-requests-metric", &self.queued, |m| &mut m.queued),
             ("--total-running-requests-metric", &self.running, |m| &mut m.running),
@@ -162,22 +166,6 @@ fn adopt_cache_info_labels(mapping: &mut EngineMapping, family: String) {
     if let Some(owner) = owner {
         mapping.cache_block_size_label = owner.cache_block_size_label;
         mapping.cache_num_blocks_label = owner.cache_num_blocks_label;
-    }
-}
-
-fn empty_mapping(name: &str) -> EngineMapping {
-    EngineMapping {
-        name: name.to_string(),
-        queued: None,
-        running: None,
-        kv_usage: None,
-        kv_usage_fallback: None,
-        lora: None,
-        cache_info: None,
-        cache_block_size_label: "block_size".into(),
-        cache_num_blocks_label: "num_gpu_blocks".into(),
-        cache_block_size_spec: None,
-        cache_num_blocks_spec: None,
     }
 }
 

@@ -42,25 +42,32 @@ pub struct EngineMapping {
     pub cache_num_blocks_spec: Option<MetricSpec>,
 }
 
+impl EngineMapping {
+    /// A mapping of `name` with every metric disabled.
+    pub fn disabled(name: &str) -> EngineMapping {
+        EngineMapping {
+            name: name.to_owned(),
+            queued: None,
+            running: None,
+            kv_usage: None,
+            kv_usage_fallback: None,
+            lora: None,
+            cache_info: None,
+            cache_block_size_label: String::new(),
+            cache_num_blocks_label: String::new(),
+            cache_block_size_spec: None,
+            cache_num_blocks_spec: None,
+        }
+    }
+}
+
 /// Names accepted by [`builtin_engine`].
 pub const BUILTIN_ENGINES: [&str; 4] = ["vllm", "sglang", "trtllm-serve", "triton-tensorrt-llm"];
 
 /// The built-in mapping for `name`, or `None` for an unknown engine.
 pub fn builtin_engine(name: &str) -> Option<EngineMapping> {
     let spec = |n: &str| Some(MetricSpec::new(n));
-    let empty = EngineMapping {
-        name: name.to_owned(),
-        queued: None,
-        running: None,
-        kv_usage: None,
-        kv_usage_fallback: None,
-        lora: None,
-        cache_info: None,
-        cache_block_size_label: String::new(),
-        cache_num_blocks_label: String::new(),
-        cache_block_size_spec: None,
-        cache_num_blocks_spec: None,
-    };
+    let empty = EngineMapping::disabled(name);
     Some(match name {
         "vllm" => EngineMapping {
             queued: spec("vllm:num_requests_waiting"),
