@@ -16,7 +16,6 @@ use arc_swap::ArcSwap;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::server::TcpIncoming;
 use tonic_health::ServingStatus;
 use tracing::{info, warn};
 
@@ -215,16 +214,38 @@ impl App {
 
         let cancel = CancellationToken::new();
         let mut tasks = JoinSet::new();
+        let limits = settings.limits;
+        let conn_metrics = crate::net::metrics::ConnMetrics::register(&registry)?;
+        let incoming = |listener, l, name: &str| {
+            crate::net::incoming::guarded(
+                listener,
+                l,
+                limits.tcp_keepalive,
+                conn_metrics.listener(name),
+                cancel.clone(),
+            )
+        };
+        let (grpc, health, admin) = (
+            incoming(grpc, limits.ext_proc, "ext_proc"),
+            incoming(health, limits.admin, "health"),
+            incoming(admin, limits.admin, "admin"),
+        );
+        // Keep-alive PINGs find dead peers; the stream cap bounds one connection's state.
+        let grpc_builder = move || {
+            tonic::transport::Server::builder()
+                .http2_keepalive_interval(limits.http2_keepalive_interval)
+                .http2_keepalive_timeout(Some(limits.http2_keepalive_timeout))
+                .max_concurrent_streams(limits.max_concurrent_streams)
+                .layer(crate::net::layer::TrackStreams)
+        };
         let (reporter, health_service) = tonic_health::server::health_reporter();
         for name in ["", "liveness", "readiness", EXT_PROC_SERVICE, "inference-extension"] {
             reporter.set_service_status(name, ServingStatus::Serving).await;
         }
         let c = cancel.clone();
         tasks.spawn(async move {
-            let served = tonic::transport::Server::builder()
-                .add_service(health_service)
-                .serve_with_incoming_shutdown(TcpIncoming::from(health).with_nodelay(Some(true)), c.cancelled())
-                .await;
+            let served =
+                grpc_builder().add_service(health_service).serve_with_incoming_shutdown(health, c.cancelled()).await;
             if let Err(error) = served {
                 warn!(%error, "health server stopped");
             }
@@ -234,8 +255,7 @@ impl App {
             .max_decoding_message_size(settings.grpc_max_recv_bytes);
         // One stream per HTTP request, many per connection: gateways end streams early (reset)
         // whenever a request finishes or is cancelled, which must not count as abuse.
-        let mut builder =
-            tonic::transport::Server::builder().http2_max_local_error_reset_streams(None).max_concurrent_streams(None);
+        let mut builder = grpc_builder().http2_max_local_error_reset_streams(None);
         if settings.secure_serving {
             builder = builder.tls_config(crate::tls::server_tls(settings.cert_path.as_deref())?)?;
         }
@@ -247,9 +267,9 @@ impl App {
         }
         let c = cancel.clone();
         tasks.spawn(async move {
-            // Nagle's algorithm plus delayed ACKs would add ~20-40 ms to every small reply.
-            let incoming = TcpIncoming::from(grpc).with_nodelay(Some(true));
-            if let Err(error) = router.serve_with_incoming_shutdown(incoming, c.cancelled()).await {
+            // The guarded accept loop turns Nagle off: with delayed ACKs it would add ~20-40 ms
+            // to every small reply.
+            if let Err(error) = router.serve_with_incoming_shutdown(grpc, c.cancelled()).await {
                 warn!(%error, "ext_proc server stopped");
             }
         });
