@@ -115,7 +115,7 @@ fn scan_flow(line: &str, mut depth: usize) -> FlowScan {
     let tail = line.split(" #").next().unwrap_or("").trim_end();
     let opens_block_scalar = quote.is_none()
         && tail.rsplit(' ').next().is_some_and(|t| {
-            let t = t.trim_start_matches(|c| c == '-' || c == ':');
+            let t = t.trim_start_matches(['-', ':']);
             (t.starts_with('|') || t.starts_with('>'))
                 && t[1..].chars().all(|c| c == '-' || c == '+' || c.is_ascii_digit())
         });
