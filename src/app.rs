@@ -16,12 +16,10 @@ use arc_swap::ArcSwap;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::server::TcpIncoming;
 use tracing::{info, warn};
 
 use crate::config::{self, LoadedConfig};
 use crate::endpoints::discovery::{load_endpoints_file_bytes, watch_endpoints_file};
-use crate::endpoints::scrape_flags::ScrapeFlags;
 use crate::endpoints::scraper::{ScrapeConfig, ScrapeMetrics, run_scrapers};
 use crate::endpoints::served_models::{ModelsConfig, run_models_pollers};
 use crate::endpoints::store::EndpointStore;
@@ -35,6 +33,7 @@ use crate::plugins::registry::{BuildContext, PluginMetrics, builtin};
 use crate::plugins::{BackgroundService, ServiceContext};
 use crate::proto::ext_proc::external_processor_server::ExternalProcessorServer;
 use crate::scheduling::metrics::SchedulerMetrics;
+use crate::scrape_flags::ScrapeFlags;
 use crate::telemetry::metrics::RequestMetrics;
 
 pub use crate::health::EXT_PROC_SERVICE;
@@ -248,13 +247,31 @@ impl App {
         if settings.kubernetes.as_ref().is_none_or(|k| k.pool.is_none() && k.standalone.is_none()) {
             health_state.mark_synced();
         }
+        // ext_proc stops accepting when the drain grace ends (`serving`); the others at `cancel`.
+        let serving = cancel.child_token();
+        let limits = settings.limits;
+        let conn_metrics = crate::net::metrics::ConnMetrics::register(&registry)?;
+        let incoming = |listener, l, name: &str, stop: &CancellationToken| {
+            crate::net::incoming::guarded(listener, l, limits.tcp_keepalive, conn_metrics.listener(name), stop.clone())
+        };
+        let (grpc, health, admin) = (
+            incoming(grpc, limits.ext_proc, "ext_proc", &serving),
+            incoming(health, limits.admin, "health", &cancel),
+            incoming(admin, limits.admin, "admin", &cancel),
+        );
+        // Keep-alive PINGs find dead peers; the stream cap bounds one connection's state.
+        let grpc_builder = move || {
+            tonic::transport::Server::builder()
+                .http2_keepalive_interval(limits.http2_keepalive_interval)
+                .http2_keepalive_timeout(Some(limits.http2_keepalive_timeout))
+                .max_concurrent_streams(limits.max_concurrent_streams)
+                .layer(crate::net::layer::TrackStreams)
+        };
         let health_service = health_state.service();
         let c = cancel.clone();
         tasks.spawn(async move {
-            let served = tonic::transport::Server::builder()
-                .add_service(health_service)
-                .serve_with_incoming_shutdown(TcpIncoming::from(health).with_nodelay(Some(true)), c.cancelled())
-                .await;
+            let served =
+                grpc_builder().add_service(health_service).serve_with_incoming_shutdown(health, c.cancelled()).await;
             if let Err(error) = served {
                 warn!(%error, "health server stopped");
             }
@@ -269,8 +286,7 @@ impl App {
         }
         // One stream per HTTP request, many per connection: gateways end streams early (reset)
         // whenever a request finishes or is cancelled, which must not count as abuse.
-        let mut builder =
-            tonic::transport::Server::builder().http2_max_local_error_reset_streams(None).max_concurrent_streams(None);
+        let mut builder = grpc_builder().http2_max_local_error_reset_streams(None);
         let mut router = builder.add_service(ext_proc);
         if settings.health_checking {
             router = router.add_service(health_state.service());
@@ -287,7 +303,6 @@ impl App {
             }
             false => None,
         };
-        let serving = cancel.child_token();
         let stop = serving.clone();
         let ext_proc_task = tokio::spawn(async move {
             let served = match tls {
@@ -295,11 +310,9 @@ impl App {
                     let incoming = crate::tls::tls_incoming(grpc, config, handshake, stop.clone());
                     router.serve_with_incoming_shutdown(incoming, stop.cancelled()).await
                 }
-                None => {
-                    // Nagle's algorithm plus delayed ACKs would add ~20-40 ms to every small reply.
-                    let incoming = TcpIncoming::from(grpc).with_nodelay(Some(true));
-                    router.serve_with_incoming_shutdown(incoming, stop.cancelled()).await
-                }
+                // The guarded accept loop turns Nagle off: with delayed ACKs it would add
+                // ~20-40 ms to every small reply.
+                None => router.serve_with_incoming_shutdown(grpc, stop.cancelled()).await,
             };
             if let Err(error) = served {
                 warn!(%error, "ext_proc server stopped");
@@ -533,7 +546,7 @@ fn start_pool_discovery(
 }
 
 /// The scraper's settings: built-in engines, the config's `engineConfigs`, then the Go EPPs'
-/// scrape flags (see [`crate::endpoints::scrape_flags`]).
+/// scrape flags (see [`crate::scrape_flags`]).
 fn scrape_config(
     settings: &Settings,
     loaded: &LoadedConfig,

@@ -29,6 +29,8 @@
 //! - `cli`, `go_flags`: the command line, in the Go EPPs' syntax.
 //! - `health`: gRPC health (Check, List) with readiness on the first endpoint sync.
 //! - `shutdown`: the bounded SIGTERM drain.
+//! - `net`: connection hygiene on every listener (connection cap, handshake and idle timeouts).
+//! - `scrape_flags`: the Go EPPs' scrape flags merged with the data-layer plugins' parameters.
 //! - `tls`, `http_client`: TLS of the ext_proc port (rustls, cert reload); outbound HTTP(S).
 //! - `validate`: `epp validate` checks of configs and KServe manifests.
 //! - `sim`: the fleet simulator (`epp sim`, `epp demo`): simulated vLLM pods driven by the
@@ -71,6 +73,7 @@ pub mod plugins;
 pub mod proto;
 pub mod request;
 pub mod scheduling;
+pub mod scrape_flags;
 pub mod shutdown;
 pub mod sim;
 pub mod suggest;

@@ -4,8 +4,8 @@
 use anyhow::Context;
 use epp::app::{App, Settings};
 use epp::cli::{BodyModeArg, Cli, Command, MetricsScheme};
-use epp::endpoints::scrape_flags::ScrapeFlags;
 use epp::extproc::service::ExtProcOptions;
+use epp::scrape_flags::ScrapeFlags;
 use epp::shutdown::DrainPlan;
 
 fn main() -> anyhow::Result<()> {

@@ -12,7 +12,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls::crypto::{CryptoProvider, ring};
 use tokio_rustls::rustls::pki_types::pem::PemObject;
@@ -277,31 +276,35 @@ impl ReloadingCert {
     }
 }
 
-/// Accepted TLS connections of `listener` as a stream for tonic: each handshake runs in its
-/// own task with `handshake_timeout`; accepting stops when `stop` fires.
-pub fn tls_incoming(
-    listener: TcpListener,
+/// TLS connections over the accepted connections of `incoming` (the guarded accept loop of
+/// `crate::net::incoming`) as a stream for tonic: each handshake runs in its own task with
+/// `handshake_timeout`; accepting stops when `stop` fires.
+pub fn tls_incoming<IO>(
+    mut incoming: impl tokio_stream::Stream<Item = std::io::Result<IO>> + Send + Unpin + 'static,
     config: Arc<ServerConfig>,
     handshake_timeout: Duration,
     stop: CancellationToken,
-) -> tokio_stream::wrappers::ReceiverStream<Result<TlsStream<TcpStream>, std::io::Error>> {
+) -> tokio_stream::wrappers::ReceiverStream<Result<TlsStream<IO>, std::io::Error>>
+where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    use tokio_stream::StreamExt;
     let (tx, rx) = tokio::sync::mpsc::channel(64);
     let acceptor = TlsAcceptor::from(config);
     tokio::spawn(async move {
         loop {
-            let (tcp, peer) = tokio::select! {
+            let tcp = tokio::select! {
                 _ = stop.cancelled() => return,
                 _ = tx.closed() => return,
-                accepted = listener.accept() => match accepted {
-                    Ok(pair) => pair,
-                    Err(error) => {
+                accepted = incoming.next() => match accepted {
+                    Some(Ok(io)) => io,
+                    Some(Err(error)) => {
                         debug!(%error, "accept failed");
                         continue;
                     }
+                    None => return,
                 },
             };
-            // Nagle's algorithm plus delayed ACKs would add ~20-40 ms to every small reply.
-            let _ = tcp.set_nodelay(true);
             let (acceptor, tx, stop) = (acceptor.clone(), tx.clone(), stop.clone());
             tokio::spawn(async move {
                 let handshake = tokio::time::timeout(handshake_timeout, acceptor.accept(tcp));
@@ -309,8 +312,8 @@ pub fn tls_incoming(
                     _ = stop.cancelled() => return,
                     done = handshake => match done {
                         Ok(Ok(stream)) => stream,
-                        Ok(Err(error)) => return debug!(%peer, %error, "TLS handshake failed"),
-                        Err(_) => return debug!(%peer, "TLS handshake timed out"),
+                        Ok(Err(error)) => return debug!(%error, "TLS handshake failed"),
+                        Err(_) => return debug!("TLS handshake timed out"),
                     },
                 };
                 let _ = tx.send(Ok(stream)).await;

@@ -86,3 +86,33 @@ async fn huge_model_names_are_refused_and_long_ones_do_not_grow_metrics() {
     assert!(!text.contains(&"m".repeat(257)));
     assert!(text.len() < baseline + 64 * 1024, "/metrics grew from {baseline} to {} bytes", text.len());
 }
+
+#[tokio::test]
+async fn zero_byte_endpoints_file_keeps_the_list_and_an_empty_list_empties_it() {
+    let pod = FakeVllm::start([127, 0, 10, 4], 0, 0, 0.0).await;
+    let epp = TestEpp::start(&endpoints_yaml(&[("a", pod.addr, &[])]), None, |_| {}).await;
+    epp.wait_endpoints(&["a"]).await;
+    // A non-atomic rewrite leaves a zero-byte file for a moment: over ten watcher polls
+    // (20 ms each) the previous list stays.
+    std::fs::write(&epp.endpoints_file, "").expect("truncate");
+    for _ in 0..10 {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        assert_eq!(epp.app.store.snapshot().len(), 1, "the zero-byte file emptied the list");
+    }
+    let b = FakeVllm::start([127, 0, 10, 5], 0, 0, 0.0).await;
+    std::fs::write(&epp.endpoints_file, endpoints_yaml(&[("b", b.addr, &[])])).expect("rewrite");
+    epp.wait_endpoints(&["b"]).await;
+    std::fs::write(&epp.endpoints_file, "endpoints: []\n").expect("empty on purpose");
+    epp.wait_endpoints(&[]).await;
+}
+
+#[tokio::test]
+async fn deeply_nested_config_is_refused_quickly_with_a_clear_error() {
+    let deep = "apiVersion: v1\nkind: EndpointPickerConfig\nplugins: ".to_string() + &"[".repeat(100_000);
+    let start = std::time::Instant::now();
+    let cx = epp::plugins::registry::BuildContext::default();
+    let err = epp::app::load_config(Some(&deep), &cx, epp::scheduling::metrics::SchedulerMetrics::detached())
+        .expect_err("refused");
+    assert!(err.to_string().contains("nesting deeper than 64"), "{err}");
+    assert!(start.elapsed() < std::time::Duration::from_secs(1), "took {:?}", start.elapsed());
+}

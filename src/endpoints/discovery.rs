@@ -106,9 +106,16 @@ struct RawEndpoint {
 
 /// Parses endpoints-file text. `origin` names the file in errors.
 pub fn parse_endpoints(text: &str, origin: &Path) -> Result<Vec<Endpoint>, DiscoveryError> {
+    let invalid = |message: String| DiscoveryError::Invalid { path: origin.to_path_buf(), message };
+    // A zero-byte file is what a non-atomic rewrite leaves for a moment: never "no endpoints"
+    // (write `endpoints: []` to empty the list on purpose).
+    if text.trim().is_empty() {
+        return Err(invalid("file is empty; write `endpoints: []` to remove every endpoint".into()));
+    }
+    crate::config::yaml_limits::check(text, crate::config::yaml_limits::ENDPOINTS)
+        .map_err(|e| invalid(format!("refused before parsing: {e}")))?;
     let raw: RawFile =
         serde_yaml::from_str(text).map_err(|source| DiscoveryError::Parse { path: origin.to_path_buf(), source })?;
-    let invalid = |message: String| DiscoveryError::Invalid { path: origin.to_path_buf(), message };
     let mut seen = HashSet::new();
     let mut out = Vec::with_capacity(raw.endpoints.len());
     for (i, e) in raw.endpoints.into_iter().enumerate() {
@@ -265,6 +272,18 @@ endpoints:
         ] {
             assert!(matches!(parse_endpoints(bad, Path::new("f")), Err(DiscoveryError::Invalid { .. })), "{bad}");
         }
+    }
+
+    #[test]
+    fn empty_and_deep_files_are_refused_but_an_empty_list_is_not() {
+        for text in ["", "\n  \n"] {
+            let err = parse_endpoints(text, Path::new("f")).unwrap_err().to_string();
+            assert!(err.contains("file is empty"), "{err}");
+        }
+        let deep = "endpoints: ".to_string() + &"[".repeat(40_000);
+        let err = parse_endpoints(&deep, Path::new("f")).unwrap_err().to_string();
+        assert!(err.contains("nesting deeper than"), "{err}");
+        assert_eq!(parse_endpoints("endpoints: []", Path::new("f")).unwrap().len(), 0);
     }
 
     #[test]

@@ -11,7 +11,6 @@ pub mod model;
 pub mod periodic;
 pub mod poll;
 pub mod prom_text;
-pub mod scrape_flags;
 pub mod scraper;
 pub mod served_models;
 pub mod store;

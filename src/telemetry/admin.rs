@@ -20,29 +20,40 @@ use tracing::debug;
 /// operator may alert on (e.g. KV-event hash drift).
 pub type ReadinessCheck = Arc<dyn Fn() -> Result<Vec<String>, String> + Send + Sync>;
 
-/// Serves the admin endpoints on `listener` until `cancel`.
-pub async fn serve(listener: TcpListener, registry: Registry, ready: ReadinessCheck, cancel: CancellationToken) {
+/// Serves the admin endpoints on the connections of `incoming` (the guarded accept loop:
+/// connection cap, handshake and idle timeouts) until `cancel`.
+pub async fn serve(
+    mut incoming: crate::net::incoming::Incoming,
+    registry: Registry,
+    ready: ReadinessCheck,
+    cancel: CancellationToken,
+) {
+    use tokio_stream::StreamExt;
     loop {
-        let (stream, peer) = tokio::select! {
+        let stream = tokio::select! {
             _ = cancel.cancelled() => return,
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(error) => { debug!(%error, "admin accept failed"); continue; }
+            accepted = incoming.next() => match accepted {
+                Some(Ok(stream)) => stream,
+                Some(Err(error)) => { debug!(%error, "admin accept failed"); continue; }
+                None => return,
             },
         };
+        let peer = stream.info().remote;
+        let tracker = stream.info().tracker.clone();
         let registry = registry.clone();
         let ready = ready.clone();
         let cancel = cancel.clone();
         tokio::spawn(async move {
             let service = service_fn(move |req| {
-                let registry = registry.clone();
-                let ready = ready.clone();
-                async move { Ok::<_, Infallible>(route(&req, &registry, &ready)) }
+                // HTTP/1.1 serves one request at a time; the response body is complete here.
+                let _busy = tracker.stream_started();
+                let response = route(&req, &registry, &ready);
+                async move { Ok::<_, Infallible>(response) }
             });
             let conn = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
             tokio::select! {
                 _ = cancel.cancelled() => {}
-                result = conn => if let Err(error) = result { debug!(%error, %peer, "admin connection ended"); },
+                result = conn => if let Err(error) = result { debug!(%error, ?peer, "admin connection ended"); },
             }
         });
     }

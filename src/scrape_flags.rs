@@ -1,4 +1,5 @@
-//! The Go EPPs' scrape flags -> the scraper's settings: the legacy metric-name flags
+//! The Go EPPs' scrape flags -> the scraper's settings (wiring: it reads the data-layer
+//! plugins' parameters and writes `endpoints` types, so it sits above both): the legacy metric-name flags
 //! (`--total-queued-requests-metric`, `--total-running-requests-metric`,
 //! `--kv-cache-usage-percentage-metric`, `--lora-info-metric`, `--cache-info-metric`) and
 //! `--model-server-metrics-{scheme,path,port,https-insecure-skip-verify}`.
@@ -11,8 +12,8 @@
 
 use std::collections::HashMap;
 
-use super::metric_spec::{MetricSpec, SpecError, parse_optional_spec};
-use super::vllm_metrics::{BUILTIN_ENGINES, EngineMapping, builtin_engine};
+use crate::endpoints::metric_spec::{MetricSpec, SpecError, parse_optional_spec};
+use crate::endpoints::vllm_metrics::{BUILTIN_ENGINES, EngineMapping, builtin_engine};
 use crate::plugins::producer::passive::{CoreMetricsExtractorParams, MetricsDataSourceParams};
 
 /// Where in a mapping a metric flag writes.
