@@ -30,6 +30,7 @@
 //! - `health`: gRPC health (Check, List) with readiness on the first endpoint sync.
 //! - `shutdown`: the bounded SIGTERM drain.
 //! - `net`: connection hygiene on every listener (connection cap, handshake and idle timeouts).
+//! - `yaml_limits`: size and nesting limits checked on YAML text before it is parsed (a leaf).
 //! - `scrape_flags`: the Go EPPs' scrape flags merged with the data-layer plugins' parameters.
 //! - `tls`, `http_client`: TLS of the ext_proc port (rustls, cert reload); outbound HTTP(S).
 //! - `validate`: `epp validate` checks of configs and KServe manifests.
@@ -81,6 +82,7 @@ pub mod telemetry;
 pub mod tls;
 pub mod tokenize;
 pub mod validate;
+pub mod yaml_limits;
 
 #[cfg(test)]
 pub(crate) mod test_util;

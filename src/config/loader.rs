@@ -112,7 +112,7 @@ pub fn load(
     cx: &BuildContext,
     metrics: SchedulerMetrics,
 ) -> Result<LoadedConfig, ConfigErrors> {
-    super::yaml_limits::check(text, super::yaml_limits::CONFIG)
+    crate::yaml_limits::check(text, crate::yaml_limits::CONFIG)
         .map_err(|e| ConfigErrors(vec![ConfigError::new("<document>", format!("refused before parsing: {e}"))]))?;
     let raw: RawConfig =
         serde_yaml::from_str(text).map_err(|e| ConfigErrors(vec![ConfigError::new("<document>", e.to_string())]))?;

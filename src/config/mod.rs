@@ -10,7 +10,6 @@ pub mod loader;
 pub mod producers;
 pub mod profiles;
 pub mod raw;
-pub mod yaml_limits;
 
 pub use error::{ConfigError, ConfigErrors};
 pub use loader::{LoadedConfig, load};

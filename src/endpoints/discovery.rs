@@ -112,7 +112,7 @@ pub fn parse_endpoints(text: &str, origin: &Path) -> Result<Vec<Endpoint>, Disco
     if text.trim().is_empty() {
         return Err(invalid("file is empty; write `endpoints: []` to remove every endpoint".into()));
     }
-    crate::config::yaml_limits::check(text, crate::config::yaml_limits::ENDPOINTS)
+    crate::yaml_limits::check(text, crate::yaml_limits::ENDPOINTS)
         .map_err(|e| invalid(format!("refused before parsing: {e}")))?;
     let raw: RawFile =
         serde_yaml::from_str(text).map_err(|source| DiscoveryError::Parse { path: origin.to_path_buf(), source })?;
