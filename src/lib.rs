@@ -40,9 +40,10 @@
 //! Data flow:
 //! ```text
 //! Envoy --ext_proc--> extproc::stream --body--> request::openai --InferenceRequest-->
-//!   [tokenize::Tokenizer (async, deadline) --token ids--> InferenceRequest::tokens]
-//!   [latency::Predictor (async, deadline) --TTFT/TPOT per endpoint--> InferenceRequest::predicted]
-//!   [flowcontrol::FlowController::enqueue_and_wait (gate flowControl)]
+//!   scheduling::stage::before_decision (one async stage, each step with a deadline):
+//!     [tokenize::Tokenizer --token ids--> InferenceRequest::tokens]
+//!     [flowcontrol::FlowController::enqueue_and_wait (gate flowControl)]
+//!     [latency::Predictor --TTFT/TPOT per endpoint--> RequestData::predicted (phase 1)]
 //!   scheduling::Scheduler [producers -> admitters -> ProfileHandler -> Profile(filters -> scorers -> picker)]
 //!   --Decision--> extproc::response --headers + metadata--> Envoy
 //! API server --LIST+WATCH--> k8s::watch --pool, pods--> k8s::discovery --Endpoints--> endpoints::store

@@ -15,6 +15,7 @@ use rand::seq::IndexedRandom;
 use super::error::ExtProcError;
 use crate::endpoints::model::Candidate;
 use crate::endpoints::store::EndpointStore;
+use crate::framework::data::RequestData;
 use crate::request::headers::{self, RequestHeaders, SUBSET_HINT_KEY, SUBSET_HINT_NAMESPACE};
 use crate::request::openai::rewrite_model;
 use crate::request::parsers::ParserSet;
@@ -41,6 +42,8 @@ pub struct Prepared {
     pub rewritten_body: Option<Vec<u8>>,
     /// OpenAI-style JSON for a rendering tokenizer when the wire body is not that JSON.
     pub tokenize_json: Option<Vec<u8>>,
+    /// Phase-1 request data from `scheduling::stage::before_decision` (empty until it ran).
+    pub awaited: RequestData,
 }
 
 /// Parses the request, applies the subset hint and schedules it.
@@ -83,7 +86,7 @@ pub fn prepare(parsers: &ParserSet, headers: &RequestHeaders, body: &[u8]) -> Re
         request.body = Some(parsed.body);
         tokenize_json = parsed.tokenize_json;
     }
-    Ok(Prepared { request, rewritten_body, tokenize_json })
+    Ok(Prepared { request, rewritten_body, tokenize_json, awaited: RequestData::default() })
 }
 
 /// Longest model name accepted (bytes). Real model ids (Hugging Face `org/name`, LoRA
@@ -109,12 +112,12 @@ pub fn schedule_prepared(
     prepared: Prepared,
     use_subset_hint: bool,
 ) -> Result<Outcome, ExtProcError> {
-    let Prepared { request, rewritten_body, .. } = prepared;
+    let Prepared { request, rewritten_body, awaited, .. } = prepared;
     let mut candidates = store.candidates();
     if use_subset_hint && let Some(hint) = subset_hint(metadata) {
         candidates = restrict_to_subset(candidates, &hint);
     }
-    let decision = scheduler.schedule(&request, candidates)?;
+    let decision = scheduler.schedule_with(&request, awaited, candidates)?;
     Ok(Outcome { request, decision, rewritten_body })
 }
 

@@ -22,15 +22,14 @@ use super::decide::{Outcome, prepare, random_endpoint, schedule_prepared};
 use super::error::ExtProcError;
 use super::response::{self as resp, Direction};
 use super::service::Shared;
-use crate::flowcontrol::{DEFAULT_FLOW, FlowRequest, slo_ttft};
 use crate::framework::result::SchedulingResult;
-use crate::plugins::PluginName;
 use crate::proto::envoy::config::core::v3::HeaderMap;
 use crate::proto::ext_proc::processing_request::Request;
 use crate::proto::ext_proc::{CommonResponse, ProcessingRequest, ProcessingResponse};
 use crate::request::InferenceRequest;
 use crate::request::headers::{self, CONTENT_LENGTH, DESTINATION_ENDPOINT, REQUEST_ID, RequestHeaders};
 use crate::request::usage::{SseUsageScanner, Usage};
+use crate::scheduling::stage::before_decision;
 
 mod response_side;
 
@@ -226,9 +225,9 @@ impl StreamProcessor {
         vec![resp::request_trailers()]
     }
 
-    /// Parses the whole body, awaits the tokenize step (when a producer has one) and Flow
-    /// Control admission (when enabled), schedules, then builds the replies for the body
-    /// mode. Large bodies are parsed and scheduled on the blocking pool.
+    /// Parses the whole body, awaits the stage before the decision (`scheduling::stage`:
+    /// tokenize, Flow Control admission, latency predictions), schedules, then builds the
+    /// replies for the body mode. Large bodies are parsed and scheduled on the blocking pool.
     async fn schedule_body(&mut self, ended_with_trailers: bool) -> Vec<ProcessingResponse> {
         let use_hint = !self.shared.options.disable_subset_filter;
         let body = Bytes::from(std::mem::take(&mut self.body));
@@ -247,23 +246,22 @@ impl StreamProcessor {
             Ok(p) => p,
             Err(e) => return self.fail(e),
         };
-        let tokenizer = self.shared.scheduler.load().producers.iter().find_map(|s| s.plugin.tokenizer().cloned());
-        if let (Some(tokenizer), Some(parsed)) = (tokenizer, &prepared.request.body) {
-            // A rendering tokenizer needs OpenAI-style JSON: the wire body, or the parser's
-            // stand-in for gRPC and native bodies.
-            let raw = prepared.tokenize_json.take().map_or_else(|| body.clone(), Bytes::from);
-            let tokenized = tokenizer.tokenize_full(&prepared.request.target_model, parsed, raw).await;
-            if let Some(t) = tokenized {
-                prepared.request.tokens = Some(t.ids);
-                prepared.request.mm_items = t.media;
+        let scheduler = self.shared.scheduler.load_full();
+        // A rendering tokenizer needs OpenAI-style JSON: the wire body, or the parser's
+        // stand-in for gRPC and native bodies.
+        let tokenize_json = prepared.tokenize_json.take();
+        let tokenize_input = || tokenize_json.map_or_else(|| body.clone(), Bytes::from);
+        let flow_control = self.shared.flow_control.as_deref();
+        let stage =
+            before_decision(&scheduler, flow_control, &self.shared.store, &mut prepared.request, tokenize_input);
+        match stage.await {
+            Ok(awaited) => prepared.awaited = awaited,
+            Err(ended) => {
+                if let Some(error) = ExtProcError::from_admission(ended) {
+                    return self.fail(error);
+                }
             }
         }
-        // Admission first (Flow Control is layer 0): predictions made after a wait in the queue
-        // reflect the load at dispatch.
-        if let Some(error) = self.admit(&prepared.request).await {
-            return self.fail(error);
-        }
-        self.predict_latency(&mut prepared.request).await;
         let outcome = if large {
             let (shared, metadata) = (self.shared.clone(), self.metadata.clone());
             let joined = tokio::task::spawn_blocking(move || {
@@ -286,52 +284,6 @@ impl StreamProcessor {
             Ok(outcome) => self.reply_scheduled(outcome, body, ended_with_trailers),
             Err(e) => self.fail(e),
         }
-    }
-
-    /// Awaits every latency predictor (bounded by its own deadline) for all endpoints.
-    async fn predict_latency(&self, request: &mut InferenceRequest) {
-        // Collected first so no config guard is held across the awaits.
-        let (candidates, predictors): (_, Vec<_>) = {
-            let scheduler = self.shared.scheduler.load();
-            if !scheduler.producers.iter().any(|s| s.plugin.predictor().is_some()) {
-                return;
-            }
-            let candidates = self.shared.store.candidates();
-            let encoder_sizes = |binding: Option<PluginName>| {
-                let name = binding.or_else(|| scheduler.default_encoder_cache_producer.clone())?;
-                let source = scheduler.producers.iter().find(|s| s.name == name)?;
-                source.plugin.encoder_cache_sizes(request, &candidates)
-            };
-            let predictors = scheduler
-                .producers
-                .iter()
-                .filter_map(|s| {
-                    let predictor = s.plugin.predictor()?.clone();
-                    let sizes = s.plugin.encoder_cache_binding().and_then(encoder_sizes);
-                    Some((s.name.clone(), predictor, sizes))
-                })
-                .collect();
-            (candidates, predictors)
-        };
-        for (name, predictor, sizes) in predictors {
-            if let Some(p) = predictor.predict(request, &candidates, sizes.as_ref()).await {
-                request.predicted.push((name, p));
-            }
-        }
-    }
-
-    /// Flow Control admission (`None` = proceed): waits in the queue when the gate is on.
-    async fn admit(&self, request: &InferenceRequest) -> Option<ExtProcError> {
-        let controller = self.shared.flow_control.as_ref()?;
-        let flow = FlowRequest {
-            fairness_id: request.headers.fairness_id().unwrap_or(DEFAULT_FLOW).to_string(),
-            priority: self.shared.scheduler.load().priority(request),
-            bytes: request.body_len as u64,
-            model: request.incoming_model.clone(),
-            target: request.target_model.clone(),
-            slo_ttft: slo_ttft(&request.headers),
-        };
-        ExtProcError::from_admission(controller.enqueue_and_wait(flow).await)
     }
 
     fn reply_scheduled(

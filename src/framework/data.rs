@@ -80,6 +80,10 @@ impl EncoderCacheMatches {
 /// Everything producers computed for one request.
 #[derive(Clone, Debug, Default)]
 pub struct RequestData {
+    /// Phase 1, filled by `scheduling::stage` before the decision: raw latency predictions by
+    /// `predicted-latency-producer` instance (absent when the predictor did not answer); the
+    /// producer turns them into `LatencyPredictionInfo`.
+    pub predicted: Vec<(PluginName, Arc<crate::latency::Predicted>)>,
     /// `TokenizedPrompt`.
     pub tokens: Option<Arc<[u32]>>,
     /// `PrefixCacheMatchInfo` by producer instance.

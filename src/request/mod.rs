@@ -39,10 +39,6 @@ pub struct InferenceRequest {
     /// Multimodal items as the tokenize step's backend reported them (vLLM render
     /// `features`), with their encoder output sizes; `None` when no backend reported any.
     pub mm_items: Option<std::sync::Arc<[multimodal::MediaItem]>>,
-    /// Latency predictions awaited before the decision, by `predicted-latency-producer`
-    /// instance (absent when the predictor did not answer); the producer copies them into
-    /// the request data.
-    pub predicted: Vec<(std::sync::Arc<str>, std::sync::Arc<crate::latency::Predicted>)>,
     /// What the gateway's response-headers message said about the endpoint that served the
     /// request (`envoy.lb` metadata); set just before the response hooks run.
     pub served: ServedEndpoint,

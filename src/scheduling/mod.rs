@@ -5,6 +5,7 @@
 pub mod metrics;
 pub mod profile;
 pub mod scheduler;
+pub mod stage;
 
 // The per-request types moved to `framework`; re-exported so `scheduling::context`-style paths
 // keep working.

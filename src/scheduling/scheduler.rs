@@ -119,13 +119,15 @@ impl Scheduler {
 
     /// Runs the data producers for a request.
     pub fn produce(&self, request: &InferenceRequest, candidates: &[Candidate]) -> RequestData {
-        let mut data = RequestData {
-            default_prefix_producer: self.default_prefix_producer.clone(),
-            default_inflight_producer: self.default_inflight_producer.clone(),
-            default_latency_producer: self.default_latency_producer.clone(),
-            default_encoder_cache_producer: self.default_encoder_cache_producer.clone(),
-            ..RequestData::default()
-        };
+        self.produce_into(request, candidates, RequestData::default())
+    }
+
+    /// Runs the data producers over `data` whose phase 1 (`scheduling::stage`) is filled.
+    fn produce_into(&self, request: &InferenceRequest, candidates: &[Candidate], mut data: RequestData) -> RequestData {
+        data.default_prefix_producer = self.default_prefix_producer.clone();
+        data.default_inflight_producer = self.default_inflight_producer.clone();
+        data.default_latency_producer = self.default_latency_producer.clone();
+        data.default_encoder_cache_producer = self.default_encoder_cache_producer.clone();
         for p in &self.producers {
             let start = Instant::now();
             p.plugin.produce(request, candidates, &mut data);
@@ -158,8 +160,19 @@ impl Scheduler {
 
     /// Schedules a request over `candidates` (already restricted by the subset hint).
     pub fn schedule(&self, request: &InferenceRequest, candidates: Vec<Candidate>) -> Result<Decision, ScheduleError> {
+        self.schedule_with(request, RequestData::default(), candidates)
+    }
+
+    /// Schedules a request whose phase-1 data (`scheduling::stage::before_decision`) is
+    /// `awaited`.
+    pub fn schedule_with(
+        &self,
+        request: &InferenceRequest,
+        awaited: RequestData,
+        candidates: Vec<Candidate>,
+    ) -> Result<Decision, ScheduleError> {
         let start = Instant::now();
-        let outcome = self.schedule_inner(request, candidates);
+        let outcome = self.schedule_inner(request, awaited, candidates);
         self.metrics.record_decision(start.elapsed().as_secs_f64(), outcome.is_ok());
         outcome
     }
@@ -167,6 +180,7 @@ impl Scheduler {
     fn schedule_inner(
         &self,
         request: &InferenceRequest,
+        awaited: RequestData,
         candidates: Vec<Candidate>,
     ) -> Result<Decision, ScheduleError> {
         if candidates.is_empty() {
@@ -179,7 +193,7 @@ impl Scheduler {
         {
             return Err(ScheduleError::Saturated);
         }
-        let data = self.produce(request, &candidates);
+        let data = self.produce_into(request, &candidates, awaited);
         let cx = SchedulingContext { request, data: &data, now: tokio::time::Instant::now() };
         self.admit(&cx, &candidates)?;
         let mut results = ProfileResults::default();

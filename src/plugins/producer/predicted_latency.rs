@@ -175,8 +175,8 @@ pub fn build(spec: &PluginSpec, cx: &BuildContext) -> Result<PluginInstance, Bui
 }
 
 impl PredictedLatencyProducer {
-    fn raw<'a>(&self, request: &'a InferenceRequest) -> Option<&'a Arc<Predicted>> {
-        request.predicted.iter().find(|(n, _)| **n == *self.name).map(|(_, p)| p)
+    fn raw<'a>(&self, data: &'a RequestData) -> Option<&'a Arc<Predicted>> {
+        data.predicted.iter().find(|(n, _)| **n == *self.name).map(|(_, p)| p)
     }
 }
 
@@ -190,7 +190,7 @@ impl DataProducer for PredictedLatencyProducer {
     }
 
     fn produce(&self, request: &InferenceRequest, candidates: &[Candidate], data: &mut RequestData) {
-        let Some(raw) = self.raw(request) else { return };
+        let Some(raw) = self.raw(data).cloned() else { return };
         let (ttft_slo, tpot_slo) = (slo_ms(request, SLO_TTFT_HEADERS), slo_ms(request, SLO_TPOT_HEADERS));
         let per_endpoint = candidates
             .iter()
@@ -212,7 +212,7 @@ impl DataProducer for PredictedLatencyProducer {
 impl PreRequest for PredictedLatencyProducer {
     fn pre_request(&self, cx: &SchedulingContext<'_>, result: &SchedulingResult, _: &mut HeaderEdits) {
         let Some(target) = result.primary().and_then(|r| r.targets.first()) else { return };
-        let Some((prediction, features)) = self.raw(cx.request).and_then(|r| r.per_endpoint.get(target.id())) else {
+        let Some((prediction, features)) = self.raw(cx.data).and_then(|r| r.per_endpoint.get(target.id())) else {
             return;
         };
         if let Some(predictor) = &self.predictor {
@@ -267,10 +267,13 @@ mod tests {
             headers: RequestHeaders {
                 all: vec![("x-slo-ttft-ms".into(), "100".into()), ("x-slo-tpot-ms".into(), "20".into())],
             },
-            predicted: vec![("lp".into(), Arc::new(raw))],
             ..Default::default()
         };
-        let mut data = RequestData { default_latency_producer: Some("lp".into()), ..Default::default() };
+        let mut data = RequestData {
+            predicted: vec![("lp".into(), Arc::new(raw))],
+            default_latency_producer: Some("lp".into()),
+            ..Default::default()
+        };
         p.produce(&request, &[endpoint("a").build(), endpoint("b").build()], &mut data);
         let l = data.latency(None).expect("LatencyPredictionInfo");
         assert_eq!(l.per_endpoint.len(), 1, "only current candidates with a prediction");
