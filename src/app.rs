@@ -368,6 +368,7 @@ impl App {
             tasks.spawn(controller.run(cancel.clone()));
         }
         tasks.spawn(run_scrapers(store.clone(), Arc::new(scrape), scrape_metrics, cancel.clone()));
+        tasks.spawn(crate::memory::run_trimmer(crate::memory::TRIM_PERIOD, cancel.clone()));
         info!(%grpc_addr, %health_addr, %metrics_addr, tls = settings.secure_serving, "epp serving");
         for service in &services {
             let cx = ServiceContext { endpoints: store.clone(), cancel: cancel.clone(), kube: kube.clone() };

@@ -30,6 +30,7 @@
 //! - `health`: gRPC health (Check, List) with readiness on the first endpoint sync.
 //! - `shutdown`: the bounded SIGTERM drain.
 //! - `net`: connection hygiene on every listener (connection cap, handshake and idle timeouts).
+//! - `memory`: hands freed heap pages back to the kernel after bursts (glibc `malloc_trim`).
 //! - `yaml_limits`: size and nesting limits checked on YAML text before it is parsed (a leaf).
 //! - `scrape_flags`: the Go EPPs' scrape flags merged with the data-layer plugins' parameters.
 //! - `tls`, `http_client`: TLS of the ext_proc port (rustls, cert reload); outbound HTTP(S).
@@ -70,6 +71,7 @@ pub mod http_client;
 pub mod k8s;
 pub mod kvcache;
 pub mod latency;
+pub mod memory;
 pub mod net;
 pub mod plugins;
 pub mod proto;

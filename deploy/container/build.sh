@@ -83,6 +83,9 @@ mkdir -p "$rootfs/bin" "$rootfs/etc"
 cp "$EPP_BINARY" "$rootfs/epp"
 strip_note=""
 if command -v strip >/dev/null 2>&1 && strip "$rootfs/epp" 2>/dev/null; then strip_note=" (stripped)"; fi
+# KServe's newest scheduler template runs `command: /app/epp`: the same binary answers there.
+mkdir -p "$rootfs/app"
+ln -s ../epp "$rootfs/app/epp"
 
 # Every library the loader would map, at the path it would map it from, plus the loader itself
 # at the path the binary names (PT_INTERP). A static binary lists none.
@@ -175,6 +178,8 @@ if [ "$ENGINE" = docker ]; then
     docker logs "$name" >&2 || true
     die "smoke test failed"
   fi
+  say "KServe's command path: /app/epp --version"
+  docker run --rm "${restricted[@]}" --entrypoint /app/epp "$IMAGE" --version
   say "preStop: docker exec $name /bin/sh -c 'sleep 0'"
   docker exec "$name" /bin/sh -c "sleep 0"
   say "docker stop (SIGTERM, grace 30 s)"
