@@ -66,23 +66,23 @@ pub struct ScrapeMetrics {
 impl ScrapeMetrics {
     /// Registers the scraper counters.
     pub fn register(registry: &prometheus::Registry) -> Result<Self, prometheus::Error> {
-        let poll_errors = IntCounterVec::new(
-            prometheus::Opts::new(
+        let counter = |name: &str, help: &str, label: &str| -> Result<IntCounterVec, prometheus::Error> {
+            let vec = IntCounterVec::new(prometheus::Opts::new(name, help), &[label])?;
+            registry.register(Box::new(vec.clone()))?;
+            Ok(vec)
+        };
+        Ok(Self {
+            poll_errors: counter(
                 "llm_d_epp_datalayer_poll_errors_total",
                 "Failed model-server metric polls (connect, timeout, non-200, unparsable).",
-            ),
-            &["source_type"],
-        )?;
-        registry.register(Box::new(poll_errors.clone()))?;
-        let invalid_values = IntCounterVec::new(
-            prometheus::Opts::new(
+                "source_type",
+            )?,
+            invalid_values: counter(
                 "llm_d_epp_datalayer_invalid_values_total",
                 "Model-server load values rejected at parse (NaN, infinite or negative), by field.",
-            ),
-            &["field"],
-        )?;
-        registry.register(Box::new(invalid_values.clone()))?;
-        Ok(Self { poll_errors, invalid_values })
+                "field",
+            )?,
+        })
     }
 }
 
