@@ -83,6 +83,8 @@ pub struct Settings {
     pub grpc_stream_metrics: bool,
     /// Connection hygiene and metrics staleness (`crate::net::limits`).
     pub limits: crate::net::limits::Limits,
+    /// Replica state sharing through Redis (`--replica-sync-url`); `None` = off.
+    pub replica_sync: Option<crate::replica::SyncSettings>,
 }
 
 /// Kubernetes settings of the app.
@@ -127,6 +129,7 @@ impl Settings {
             refresh_prometheus_metrics_interval: Duration::from_secs(5),
             grpc_stream_metrics: false,
             limits: crate::net::limits::Limits::default(),
+            replica_sync: None,
         }
     }
 }
@@ -150,6 +153,8 @@ pub struct App {
     pub health: HealthState,
     /// Open ext_proc streams.
     pub streams: Arc<StreamTracker>,
+    /// Replica state sharing, when on.
+    pub replica_sync: Option<Arc<crate::replica::ReplicaSync>>,
     /// Stops accepting ext_proc connections (graceful: open streams finish).
     serving: CancellationToken,
     ext_proc: Option<tokio::task::JoinHandle<()>>,
@@ -185,9 +190,14 @@ impl App {
             store.replace(endpoints);
             loaded_bytes = bytes;
         }
+        let replica_sync = match &settings.replica_sync {
+            Some(s) => Some(Arc::new(crate::replica::ReplicaSync::new(s.clone(), &registry)?)),
+            None => None,
+        };
         let cx = BuildContext {
             endpoints: store.clone(),
             metrics: PluginMetrics::register(&registry)?,
+            replica: replica_sync.as_ref().map(|r| r.handle()).unwrap_or_default(),
             ..Default::default()
         };
         let mut loaded = load_config(settings.config_text.as_deref(), &cx, SchedulerMetrics::register(&registry)?)?;
@@ -369,6 +379,9 @@ impl App {
         }
         tasks.spawn(run_scrapers(store.clone(), Arc::new(scrape), scrape_metrics, cancel.clone()));
         tasks.spawn(crate::memory::run_trimmer(crate::memory::TRIM_PERIOD, cancel.clone()));
+        if let Some(sync) = &replica_sync {
+            sync.spawn(&mut tasks, &cancel);
+        }
         info!(%grpc_addr, %health_addr, %metrics_addr, tls = settings.secure_serving, "epp serving");
         for service in &services {
             let cx = ServiceContext { endpoints: store.clone(), cancel: cancel.clone(), kube: kube.clone() };
@@ -387,6 +400,7 @@ impl App {
             flow_control,
             health: health_state,
             streams,
+            replica_sync,
             serving,
             ext_proc: Some(ext_proc_task),
             drain_metrics,

@@ -398,6 +398,9 @@ pub struct ServeArgs {
     /// Connection hygiene and input limits (src/net/limits.rs).
     #[command(flatten)]
     pub limits: crate::net::limits::LimitArgs,
+    /// Replica state sharing through Redis (docs/replicas.md).
+    #[command(flatten)]
+    pub replica_sync: crate::replica::ReplicaArgs,
 }
 
 /// Scheme of model-server metric scrapes (`--model-server-metrics-scheme`).

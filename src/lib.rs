@@ -75,6 +75,7 @@ pub mod memory;
 pub mod net;
 pub mod plugins;
 pub mod proto;
+pub mod replica;
 pub mod request;
 pub mod scheduling;
 pub mod scrape_flags;
