@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::redis::RedisServer;
+use common::redis_server::RedisServer;
 use common::*;
 use epp::replica::SyncSettings;
 use epp::replica::applier::AppliedCounts;
@@ -40,12 +40,19 @@ async fn replica_beating(eps: &str, url: &str, config: Option<&str>, heartbeat: 
 /// Waits until `epp` has applied remote updates satisfying `check`.
 async fn wait_applied(epp: &TestEpp, check: impl Fn(&AppliedCounts) -> bool) {
     let mut applied = epp.app.replica_sync.as_ref().expect("sync on").applied();
-    let waited = tokio::time::timeout(WAIT, applied.wait_for(|c| check(c))).await;
-    assert!(matches!(waited, Ok(Ok(_))), "updates not applied within {WAIT:?}: {:?}", *applied.borrow());
+    let ok = matches!(tokio::time::timeout(WAIT, applied.wait_for(|c| check(c))).await, Ok(Ok(_)));
+    assert!(ok, "updates not applied within {WAIT:?}: {:?}", *applied.borrow());
 }
 
 fn applied(epp: &TestEpp) -> AppliedCounts {
     *epp.app.replica_sync.as_ref().expect("sync on").applied().borrow()
+}
+
+/// Waits until `epp` applied two more heartbeats of its peer: the stream is ordered, so every
+/// update the peer queued before the second one (enqueued after this call) was applied.
+async fn wait_for_peer_updates(epp: &TestEpp) {
+    let before = applied(epp).heartbeats;
+    wait_applied(epp, |a| a.heartbeats >= before + 2).await;
 }
 
 fn turn(conversation: usize, follow_up: bool) -> Vec<u8> {
@@ -80,20 +87,30 @@ fn metric(text: &str, series: &str) -> f64 {
 }
 
 /// The case: every follow-up reaches the other replica; with sync all 12 land on the
-/// pod of their first turn.
+/// pod of their first turn (without it, each has a 1 in 4 chance: the control below).
 #[tokio::test]
 async fn follow_up_turns_go_to_the_first_turns_pod_whichever_replica_gets_them() {
     let redis = RedisServer::start();
     let (_pods, eps) = pods().await;
+    let unsynced = [TestEpp::start(&eps, None, |_| {}).await, TestEpp::start(&eps, None, |_| {}).await];
+    let mut kept_unsynced = 0;
+    for c in 0..12 {
+        let pod = route(&unsynced[c % 2], &turn(c, false), &[]).await;
+        kept_unsynced += usize::from(route(&unsynced[(c + 1) % 2], &turn(c, true), &[]).await == pod);
+    }
+    assert!(kept_unsynced < 12, "control: replicas without sync do not agree");
     let replicas = [replica(&eps, &redis.url(), None).await, replica(&eps, &redis.url(), None).await];
     let mut kept = 0;
+    // Decisions per replica: each publishes one prefix update.
+    let mut decisions = [0u64; 2];
     for c in 0..12 {
         // Round robin: turn 1 on one replica, the follow-up on the other.
-        let (first, second) = (&replicas[c % 2], &replicas[(c + 1) % 2]);
-        let before = applied(second).prefix;
-        let pod = route(first, &turn(c, false), &[]).await;
-        wait_applied(second, |a| a.prefix > before).await;
-        kept += usize::from(route(second, &turn(c, true), &[]).await == pod);
+        let (first, second) = (c % 2, (c + 1) % 2);
+        let pod = route(&replicas[first], &turn(c, false), &[]).await;
+        decisions[first] += 1;
+        wait_applied(&replicas[second], |a| a.prefix >= decisions[first]).await;
+        kept += usize::from(route(&replicas[second], &turn(c, true), &[]).await == pod);
+        decisions[second] += 1;
     }
     assert_eq!(kept, 12, "follow-ups routed to their first turn's pod");
     let text = scrape(replicas[0].app.metrics_addr).await;
@@ -109,7 +126,9 @@ async fn follow_up_turns_go_to_the_first_turns_pod_whichever_replica_gets_them()
 async fn redis_killed_and_restarted_mid_run() {
     let mut redis = RedisServer::start();
     let (_pods, eps) = pods().await;
-    let replicas = [replica(&eps, &redis.url(), None).await, replica(&eps, &redis.url(), None).await];
+    let beat = Duration::from_millis(200);
+    let replicas =
+        [replica_beating(&eps, &redis.url(), None, beat).await, replica_beating(&eps, &redis.url(), None, beat).await];
     route(&replicas[0], &turn(0, false), &[]).await;
     wait_applied(&replicas[1], |a| a.prefix >= 1).await;
 
@@ -119,9 +138,8 @@ async fn redis_killed_and_restarted_mid_run() {
     }
     redis.restart();
 
-    let before = applied(&replicas[1]).prefix;
     let pod = route(&replicas[0], &turn(100, false), &[]).await;
-    wait_applied(&replicas[1], |a| a.prefix > before).await;
+    wait_for_peer_updates(&replicas[1]).await;
     assert_eq!(route(&replicas[1], &turn(100, true), &[]).await, pod, "affinity is back after the restart");
     for epp in &replicas {
         let text = scrape(epp.app.metrics_addr).await;
@@ -137,7 +155,9 @@ async fn redis_killed_and_restarted_mid_run() {
 async fn a_frozen_redis_never_delays_a_decision() {
     let redis = RedisServer::start();
     let (_pods, eps) = pods().await;
-    let replicas = [replica(&eps, &redis.url(), None).await, replica(&eps, &redis.url(), None).await];
+    let beat = Duration::from_millis(200);
+    let replicas =
+        [replica_beating(&eps, &redis.url(), None, beat).await, replica_beating(&eps, &redis.url(), None, beat).await];
     route(&replicas[0], &turn(0, false), &[]).await;
     wait_applied(&replicas[1], |a| a.prefix >= 1).await;
 
@@ -152,9 +172,8 @@ async fn a_frozen_redis_never_delays_a_decision() {
     assert!(slowest < Duration::from_secs(1), "a decision waited on Redis: {slowest:?}");
     redis.thaw();
 
-    let before = applied(&replicas[1]).prefix;
     let pod = route(&replicas[0], &turn(100, false), &[]).await;
-    wait_applied(&replicas[1], |a| a.prefix > before).await;
+    wait_for_peer_updates(&replicas[1]).await;
     assert_eq!(route(&replicas[1], &turn(100, true), &[]).await, pod);
 }
 
@@ -195,7 +214,8 @@ async fn malformed_and_foreign_messages_are_counted_and_ignored() {
     }
     wait_applied(&epp, |a| a.prefix >= 1).await;
     let text = scrape(epp.app.metrics_addr).await;
-    let received = |outcome: &str| metric(&text, &format!("epp_replica_sync_messages_received_total{{outcome=\"{outcome}\"}}"));
+    let received =
+        |outcome: &str| metric(&text, &format!("epp_replica_sync_messages_received_total{{outcome=\"{outcome}\"}}"));
     assert_eq!(received("malformed"), 2.0);
     assert_eq!(received("foreign_version"), 1.0);
     assert_eq!(received("unknown_plugin"), 1.0);
@@ -230,14 +250,17 @@ schedulingProfiles:
         replica_beating(&eps, &redis.url(), Some(CONFIG), hour).await,
         replica_beating(&eps, &redis.url(), Some(CONFIG), hour).await,
     ];
+    // Decisions per replica: each binds (and publishes) its session.
+    let mut binds = [0u64; 2];
     for s in 0..6 {
         let session = format!("chat-{s}");
         let headers = [("x-session-id", session.as_str())];
-        let (first, second) = (&replicas[s % 2], &replicas[(s + 1) % 2]);
-        let before = applied(second).sessions;
-        let pod = route(first, &chat("m", "hello", false), &headers).await;
-        wait_applied(second, |a| a.sessions > before).await;
-        assert_eq!(route(second, &chat("m", "again", false), &headers).await, pod, "session {session}");
+        let (first, second) = (s % 2, (s + 1) % 2);
+        let pod = route(&replicas[first], &chat("m", "hello", false), &headers).await;
+        binds[first] += 1;
+        wait_applied(&replicas[second], |a| a.sessions >= binds[first]).await;
+        assert_eq!(route(&replicas[second], &chat("m", "again", false), &headers).await, pod, "session {session}");
+        binds[second] += 1;
     }
 
     // Three requests held open through replica 0 (on three pods: its own scorer spreads

@@ -134,9 +134,11 @@ struct RemoteInner {
 
 impl RemoteInner {
     fn recount(&mut self, endpoint: &EndpointId) {
-        let sum = self.by_replica.values().filter_map(|m| m.get(endpoint)).fold((0u64, 0u64), |(r, t), (dr, dt)| {
-            (r.saturating_add(*dr), t.saturating_add(*dt))
-        });
+        let sum = self
+            .by_replica
+            .values()
+            .filter_map(|m| m.get(endpoint))
+            .fold((0u64, 0u64), |(r, t), (dr, dt)| (r.saturating_add(*dr), t.saturating_add(*dt)));
         if sum == (0, 0) {
             self.total.remove(endpoint);
         } else {

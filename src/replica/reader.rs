@@ -84,7 +84,14 @@ async fn session(
     *backoff = Backoff::default();
     metrics.resyncs.inc();
     if *position != EntryId::START {
-        let first: Value = redis::cmd("XRANGE").arg(&settings.key).arg("-").arg("+").arg("COUNT").arg(1).query_async(&mut conn).await?;
+        let first: Value = redis::cmd("XRANGE")
+            .arg(&settings.key)
+            .arg("-")
+            .arg("+")
+            .arg("COUNT")
+            .arg(1)
+            .query_async(&mut conn)
+            .await?;
         let first = entries(first).into_iter().next().and_then(|(id, _)| EntryId::parse(&id));
         if first.is_some_and(|f| f > *position) {
             metrics.gaps.inc();
