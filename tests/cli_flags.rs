@@ -118,3 +118,24 @@ fn endpoint_selector_becomes_a_standalone_pool() {
     let no_ports = parse(&["--endpoint-selector", "app=x"]).unwrap().serve;
     assert!(no_ports.standalone_pool().unwrap_err().contains("--endpoint-target-ports"));
 }
+
+#[test]
+fn replica_sync_is_off_by_default_and_takes_its_flags() {
+    let off = parse(&[]).unwrap().serve.replica_sync;
+    assert!(off.settings().is_none() || std::env::var_os("EPP_REPLICA_SYNC_URL").is_some());
+    let on = parse(&[
+        "--replica-sync-url=valkey://cache:6379/2",
+        "--replica-sync-key",
+        "epp:pool-a",
+        "--replica-sync-stream-len=5000",
+        "--replica-sync-heartbeat=250ms",
+    ])
+    .unwrap()
+    .serve
+    .replica_sync
+    .settings()
+    .expect("on");
+    assert_eq!((on.url.as_str(), on.key.as_str(), on.stream_len), ("valkey://cache:6379/2", "epp:pool-a", 5000));
+    assert_eq!(on.heartbeat, Duration::from_millis(250));
+    assert_eq!(off.replica_sync_key, "epp:replica-sync");
+}

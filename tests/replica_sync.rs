@@ -281,3 +281,12 @@ schedulingProfiles:
     let pod = route(&replicas[1], &chat("m", "short job", false), &[]).await;
     assert!(!busy.contains(&pod), "replica 1 counted replica 0's in-flight requests: {pod} in {busy:?}");
 }
+
+/// A URL with a scheme that is neither Redis nor Valkey stops the start with a clear error.
+#[tokio::test]
+async fn a_bad_sync_url_fails_the_start() {
+    let mut settings = epp::app::Settings::loopback();
+    settings.replica_sync = Some(SyncSettings::new("http://user:secret@cache:6379"));
+    let error = epp::app::App::start(settings).await.expect_err("refused").to_string();
+    assert!(error.contains("unsupported scheme") && !error.contains("secret"), "{error}");
+}
