@@ -74,6 +74,7 @@ async fn serve_until_drained(args: epp::cli::ServeArgs) -> anyhow::Result<()> {
             default_buffered: args.default_request_body_mode == BodyModeArg::Buffered,
             disable_subset_filter: args.disable_endpoint_subset_filter,
             max_body_bytes: args.grpc_max_recv_msg_size,
+            idle_stream_timeout: args.limits.idle_stream_timeout(),
         },
         health_checking: args.health_checking,
         grpc_max_recv_bytes: args.grpc_max_recv_msg_size.saturating_add(1 << 20),
