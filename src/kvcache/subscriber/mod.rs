@@ -41,7 +41,9 @@ mod wire;
 mod worker;
 
 pub use frames::{FrameError, Frames, Topic, parse as parse_frames, topic as parse_topic};
-pub use limits::{DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_MAX_BYTES, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_FRAMES, WireLimits};
+pub use limits::{
+    DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_MAX_BYTES, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_FRAMES, WireLimits,
+};
 pub use replay::{ReplayError, ReplayTimeouts, fetch as fetch_replay};
 pub use wire::{DecodeSummary, decode_stream as decode_zmtp_stream};
 
@@ -198,11 +200,12 @@ impl Subscriber {
         let attribution = Arc::new(ArcSwap::from_pointee(Attribution::new()));
         let mut central = None;
         if let Some(ep) = config.zmq_endpoint.as_deref().filter(|e| !e.is_empty()) {
-            let bound = socket::bind_central(ep, &config.topic_filter, &config.limits, &metrics).await.inspect_err(|e| {
-                if matches!(e, SubscriberError::Bind { .. }) {
-                    metrics.zmq_errors.with_label_values(&["bind"]).inc();
-                }
-            })?;
+            let bound =
+                socket::bind_central(ep, &config.topic_filter, &config.limits, &metrics).await.inspect_err(|e| {
+                    if matches!(e, SubscriberError::Bind { .. }) {
+                        metrics.zmq_errors.with_label_values(&["bind"]).inc();
+                    }
+                })?;
             tracing::info!(endpoint = %bound.bound, "KV event central socket bound");
             central = Some(bound.bound.clone());
             let run = socket::run_central(bound, intake.clone(), attribution.clone(), cancel.clone());
