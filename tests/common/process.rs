@@ -42,7 +42,9 @@ impl EppProcess {
             format!("--metrics-port={metrics}"),
             "--bind-address=127.0.0.1".to_string(),
         ]);
-        let mut command = Command::new(env!("CARGO_BIN_EXE_epp"));
+        // `option_env!`: crates/epp-tools' tests include these helpers too, without the binary.
+        let binary = option_env!("CARGO_BIN_EXE_epp").expect("tests of the epp package run the epp binary");
+        let mut command = Command::new(binary);
         command.args(&all).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
         command.env_remove("RUST_LOG").env_remove("KUBECONFIG").env_remove("NAMESPACE");
         for (k, v) in env {
