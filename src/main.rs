@@ -21,10 +21,13 @@ fn main() -> anyhow::Result<()> {
     });
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     match cli.command {
-        Some(Command::Bench { what }) => epp::bench::run(what),
         Some(Command::Validate { files, output }) => validate(&files, output),
-        Some(Command::Sim(args)) => epp::sim::command::sim(&args),
-        Some(Command::Demo { seed }) => epp::sim::command::demo(seed),
+        Some(Command::MovedToTools { .. }) => {
+            eprintln!(
+                "epp: `sim`, `demo` and `bench` moved to the epp-tools binary: run `epp-tools <subcommand> ...` (from a checkout: `cargo run --release -p epp-tools -- <subcommand> ...`)"
+            );
+            std::process::exit(2);
+        }
         None => {
             let served = runtime.block_on(serve_until_drained(cli.serve));
             // Blocking work still running (a tokenizer download, say) must not hold the exit.
