@@ -19,7 +19,7 @@ use epp::k8s::notify::{Gvk, NotificationKind};
 use epp::k8s::pool::{GROUP_V1, PoolRef};
 use epp::k8s::watch::WatchOptions;
 use epp::plugins::producer::k8s_notification::K8sNotificationSource;
-use epp::plugins::{BackgroundService, ServiceContext};
+use epp::framework::plugin::{BackgroundService, ServiceContext};
 use serde_json::json;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;

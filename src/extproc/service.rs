@@ -6,7 +6,6 @@
 use std::pin::Pin;
 use std::sync::Arc;
 
-use arc_swap::ArcSwap;
 use tokio::sync::mpsc;
 use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
@@ -18,7 +17,7 @@ use super::streams::StreamTracker;
 use crate::endpoints::store::EndpointStore;
 use crate::proto::ext_proc::external_processor_server::ExternalProcessor;
 use crate::proto::ext_proc::{ProcessingRequest, ProcessingResponse};
-use crate::scheduling::scheduler::Scheduler;
+use crate::scheduling::handle::SchedulerHandle;
 use crate::telemetry::metrics::RequestMetrics;
 
 /// Replies buffered per stream before the processor waits for Envoy to read.
@@ -45,8 +44,9 @@ impl Default for ExtProcOptions {
 /// State shared by every stream.
 #[derive(Debug)]
 pub struct Shared {
-    /// The scheduler (swapped whole on reload).
-    pub scheduler: ArcSwap<Scheduler>,
+    /// The scheduler; each stream takes the current one when it starts (swapped whole on
+    /// reload, see `SchedulerHandle`).
+    pub scheduler: SchedulerHandle,
     /// Endpoints.
     pub store: EndpointStore,
     /// Request metrics.

@@ -24,11 +24,13 @@ use super::response::{self as resp, Direction};
 use super::service::Shared;
 use crate::framework::result::SchedulingResult;
 use crate::proto::envoy::config::core::v3::HeaderMap;
+use crate::proto::envoy::extensions::filters::http::ext_proc::v3::processing_mode::BodySendMode;
 use crate::proto::ext_proc::processing_request::Request;
 use crate::proto::ext_proc::{CommonResponse, ProcessingRequest, ProcessingResponse};
 use crate::request::InferenceRequest;
 use crate::request::headers::{self, CONTENT_LENGTH, DESTINATION_ENDPOINT, REQUEST_ID, RequestHeaders};
 use crate::request::usage::{SseUsageScanner, Usage};
+use crate::scheduling::scheduler::Scheduler;
 use crate::scheduling::stage::before_decision;
 
 mod response_side;
@@ -61,17 +63,23 @@ pub enum ResponseMode {
     PerMessage,
 }
 
+/// The request body mode of a `protocol_config` value; values this build does not know are
+/// treated as full duplex.
 fn request_mode(mode: i32) -> RequestMode {
-    match mode {
-        0 => RequestMode::HeadersOnly,
-        1 => RequestMode::Streamed,
-        2 | 3 => RequestMode::Buffered,
-        _ => RequestMode::FullDuplex,
+    match BodySendMode::try_from(mode) {
+        Ok(BodySendMode::None) => RequestMode::HeadersOnly,
+        Ok(BodySendMode::Streamed) => RequestMode::Streamed,
+        Ok(BodySendMode::Buffered | BodySendMode::BufferedPartial) => RequestMode::Buffered,
+        Ok(BodySendMode::FullDuplexStreamed | BodySendMode::Grpc) | Err(_) => RequestMode::FullDuplex,
     }
 }
 
+/// The response body mode of a `protocol_config` value.
 fn response_mode(mode: i32) -> ResponseMode {
-    if mode == 4 || mode == 5 { ResponseMode::FullDuplex } else { ResponseMode::PerMessage }
+    match BodySendMode::try_from(mode) {
+        Ok(BodySendMode::FullDuplexStreamed | BodySendMode::Grpc) => ResponseMode::FullDuplex,
+        _ => ResponseMode::PerMessage,
+    }
 }
 
 /// A scheduled request awaiting its response.
@@ -84,6 +92,8 @@ struct Scheduled {
 /// Per-stream state.
 pub struct StreamProcessor {
     shared: Arc<Shared>,
+    /// The scheduler current when the stream started; used to its end, also after a reload.
+    scheduler: Arc<Scheduler>,
     started: Instant,
     seen_first: bool,
     req_mode: RequestMode,
@@ -112,6 +122,7 @@ impl StreamProcessor {
         let resp_mode =
             if shared.options.default_buffered { ResponseMode::PerMessage } else { ResponseMode::FullDuplex };
         Self {
+            scheduler: shared.scheduler.current(),
             shared,
             started: Instant::now(),
             seen_first: false,
@@ -233,27 +244,27 @@ impl StreamProcessor {
         let body = Bytes::from(std::mem::take(&mut self.body));
         let large = body.len() > OFFLOAD_BODY_BYTES;
         let prepared = if large {
-            let parsers = self.shared.scheduler.load().parsers.clone();
+            let parsers = self.scheduler.parsers().clone();
             let (headers, raw) = (self.headers.clone(), body.clone());
             match tokio::task::spawn_blocking(move || prepare(&parsers, &headers, &raw)).await {
                 Ok(p) => p,
                 Err(e) => return self.fail(ExtProcError::Internal(format!("parsing task failed: {e}"))),
             }
         } else {
-            prepare(&self.shared.scheduler.load().parsers, &self.headers, &body)
+            prepare(self.scheduler.parsers(), &self.headers, &body)
         };
         let mut prepared = match prepared {
             Ok(p) => p,
             Err(e) => return self.fail(e),
         };
-        let scheduler = self.shared.scheduler.load_full();
+        let scheduler = self.scheduler.clone();
         // A rendering tokenizer needs OpenAI-style JSON: the wire body, or the parser's
         // stand-in for gRPC and native bodies.
         let tokenize_json = prepared.tokenize_json.take();
         let tokenize_input = || tokenize_json.map_or_else(|| body.clone(), Bytes::from);
         let flow_control = self.shared.flow_control.as_deref();
         let stage =
-            before_decision(&scheduler, flow_control, &self.shared.store, &mut prepared.request, tokenize_input);
+            before_decision(&scheduler, flow_control, &self.shared.store, &prepared.request, tokenize_input);
         match stage.await {
             Ok(awaited) => prepared.awaited = awaited,
             Err(ended) => {
@@ -263,10 +274,9 @@ impl StreamProcessor {
             }
         }
         let outcome = if large {
-            let (shared, metadata) = (self.shared.clone(), self.metadata.clone());
+            let (store, metadata) = (self.shared.store.clone(), self.metadata.clone());
             let joined = tokio::task::spawn_blocking(move || {
-                let scheduler = shared.scheduler.load();
-                schedule_prepared(&scheduler, &shared.store, &metadata, prepared, use_hint)
+                schedule_prepared(&scheduler, &store, &metadata, prepared, use_hint)
             })
             .await;
             match joined {
@@ -274,7 +284,6 @@ impl StreamProcessor {
                 Err(e) => return self.fail(ExtProcError::Internal(format!("scheduling task failed: {e}"))),
             }
         } else {
-            let scheduler = self.shared.scheduler.load();
             schedule_prepared(&scheduler, &self.shared.store, &self.metadata, prepared, use_hint)
         };
         // The parse and tokenize steps have finished with their clones, so this reuses the

@@ -17,7 +17,7 @@ use crate::endpoints::model::Candidate;
 use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
 use crate::framework::context::SchedulingContext;
 use crate::plugins::producer::passive::NoParams;
-use crate::plugins::{Decider, PluginInstance};
+use crate::framework::plugin::{Decider, PluginInstance};
 
 /// Type name of the always-on P/D decider.
 pub const ALWAYS_PD: &str = "always-disagg-pd-decider";

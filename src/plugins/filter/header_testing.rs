@@ -15,7 +15,7 @@ use crate::endpoints::model::Candidate;
 use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
 use crate::framework::context::SchedulingContext;
 use crate::plugins::producer::passive::NoParams;
-use crate::plugins::{Filter, PluginInstance};
+use crate::framework::plugin::{Filter, PluginInstance};
 
 /// Type name.
 pub const TYPE: &str = "header-based-testing-filter";

@@ -11,7 +11,7 @@ use crate::endpoints::model::{Candidate, ROLE_LABEL};
 use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
 use crate::framework::context::SchedulingContext;
 use crate::plugins::producer::passive::NoParams;
-use crate::plugins::{Filter, PluginInstance};
+use crate::framework::plugin::{Filter, PluginInstance};
 
 /// `decode-filter`.
 pub const DECODE: &str = "decode-filter";

@@ -7,7 +7,7 @@ use crate::framework::ScheduleError;
 use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
 use crate::framework::context::SchedulingContext;
 use crate::framework::result::{ProfileResults, SchedulingResult};
-use crate::plugins::{PluginInstance, ProfileHandler};
+use crate::framework::plugin::{PluginInstance, ProfileHandler};
 
 /// Type name.
 pub const TYPE: &str = "single-profile-handler";

@@ -17,7 +17,7 @@ use crate::endpoints::model::{Candidate, EndpointId};
 use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
 use crate::framework::context::{DataKey, SchedulingContext};
 use crate::framework::result::{HeaderEdits, SchedulingResult};
-use crate::plugins::{Consumer, PluginInstance, PluginName, PreRequest, Scorer};
+use crate::framework::plugin::{Consumer, PluginInstance, PluginName, PreRequest, Scorer};
 
 /// Type name.
 pub const TYPE: &str = "no-hit-lru-scorer";
@@ -72,7 +72,7 @@ impl NoHitLruScorer {
     }
 
     fn is_cold(&self, cx: &SchedulingContext<'_>) -> bool {
-        cx.data.prefix(self.producer.as_deref()).is_none_or(|m| m.per_endpoint.values().all(|i| i.match_blocks == 0))
+        cx.data.prefix.get(self.producer.as_deref()).is_none_or(|m| m.per_endpoint.values().all(|i| i.match_blocks == 0))
     }
 
     fn lru(&self) -> std::sync::MutexGuard<'_, VecDeque<EndpointId>> {
@@ -131,6 +131,7 @@ impl PreRequest for NoHitLruScorer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::framework::data::ByProducer;
     use crate::framework::data::{MatchInfo, PrefixMatches, RequestData};
     use crate::framework::result::ProfileResult;
     use crate::test_util::{context_for, endpoint};
@@ -157,8 +158,7 @@ mod tests {
         let mut m = PrefixMatches { block_size_tokens: 16, total_blocks: 2, ..Default::default() };
         m.per_endpoint.insert("a".into(), MatchInfo { match_blocks: 1, weighted_blocks: 1.0 });
         let data = RequestData {
-            prefix: vec![("p".into(), Arc::new(m))],
-            default_prefix_producer: Some("p".into()),
+            prefix: ByProducer::only("p", Arc::new(m)),
             ..Default::default()
         };
         let request = Default::default();

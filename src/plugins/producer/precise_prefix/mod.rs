@@ -33,7 +33,7 @@ use crate::kvcache::{
     DriftDetector, KvCacheMetrics, KvEventSource, PrefixIndex, SpeculativeLedger, Subscriber, SubscriberConfig,
     SubscriberHandle,
 };
-use crate::plugins::{BackgroundService, PluginInstance, PluginName, PreRequest, ServiceContext, ServiceFuture};
+use crate::framework::plugin::{BackgroundService, PluginInstance, PluginName, PreRequest, ServiceContext, ServiceFuture};
 use crate::request::InferenceRequest;
 use params::{Derived, Params};
 
@@ -120,7 +120,7 @@ impl PrecisePrefixProducer {
 impl PreRequest for PrecisePrefixProducer {
     fn pre_request(&self, cx: &SchedulingContext<'_>, result: &SchedulingResult, _: &mut HeaderEdits) {
         let Some(ledger) = &self.speculative else { return };
-        let Some(m) = cx.data.prefix(Some(&self.name)) else { return };
+        let Some(m) = cx.data.prefix.get(Some(&self.name)) else { return };
         let now = Instant::now();
         for holder in result.cache_holders() {
             self.metrics.record_speculative(ledger.record(&self.index, &holder.endpoint.id, &m.keys, now));

@@ -30,7 +30,7 @@ use crate::endpoints::model::Candidate;
 use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
 use crate::framework::context::SchedulingContext;
 use crate::framework::result::{HeaderEdits, SchedulingResult};
-use crate::plugins::{PluginInstance, PreRequest, ResponseHook, Scorer};
+use crate::framework::plugin::{PluginInstance, PreRequest, ResponseHook, Scorer};
 use crate::request::InferenceRequest;
 use crate::request::headers::SESSION_TOKEN;
 use crate::request::usage::Usage;
