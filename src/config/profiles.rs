@@ -9,9 +9,9 @@ use super::error::ConfigError;
 use super::loader::Instances;
 use super::raw::{RawConfig, RawProfile, RawProfilePlugin};
 use crate::framework::build::BuildContext;
-use crate::plugins::registry::Registry;
 use crate::framework::plugin::{Picker, ProfileHandler};
 use crate::plugins::profile_handler;
+use crate::plugins::registry::Registry;
 use crate::scheduling::metrics::{ExtensionPoint, SchedulerMetrics};
 use crate::scheduling::profile::{Profile, Slot, WeightedScorer};
 

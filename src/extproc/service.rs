@@ -107,10 +107,11 @@ impl ExternalProcessor for ExtProcService {
                                 break;
                             };
                             warn!(%status, "Undecodable ext_proc message; failing the stream");
-                            for reply in processor.fail_undecodable(error.clone()) {
+                            let ended = error.stream_status();
+                            for reply in processor.fail_undecodable(error) {
                                 let _ = tx.send(Ok(reply)).await;
                             }
-                            let _ = tx.send(Err(error.stream_status())).await;
+                            let _ = tx.send(Err(ended)).await;
                             break;
                         }
                     };

@@ -82,6 +82,18 @@ fn response_mode(mode: i32) -> ResponseMode {
     }
 }
 
+/// Where the request side of a stream is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RequestPhase {
+    /// No message yet (the first one may carry `protocol_config`).
+    New,
+    /// Headers or body chunks arriving.
+    Receiving,
+    /// The request ended (end of stream on headers or body, or request trailers); later body
+    /// data is Envoy's duplicate-EOS quirk and never schedules again.
+    Ended,
+}
+
 /// A scheduled request awaiting its response.
 #[derive(Debug)]
 struct Scheduled {
@@ -95,13 +107,12 @@ pub struct StreamProcessor {
     /// The scheduler current when the stream started; used to its end, also after a reload.
     scheduler: Arc<Scheduler>,
     started: Instant,
-    seen_first: bool,
+    phase: RequestPhase,
     req_mode: RequestMode,
     resp_mode: ResponseMode,
     headers: RequestHeaders,
     metadata: HashMap<String, Struct>,
     body: Vec<u8>,
-    request_done: bool,
     scheduled: Option<Scheduled>,
     response_streaming: bool,
     /// `on_first_response_chunk` hooks already ran.
@@ -125,13 +136,12 @@ impl StreamProcessor {
             scheduler: shared.scheduler.current(),
             shared,
             started: Instant::now(),
-            seen_first: false,
+            phase: RequestPhase::New,
             req_mode,
             resp_mode,
             headers: RequestHeaders::default(),
             metadata: HashMap::new(),
             body: Vec::new(),
-            request_done: false,
             scheduled: None,
             response_streaming: false,
             first_response_chunk_seen: false,
@@ -151,8 +161,8 @@ impl StreamProcessor {
 
     /// Handles one message; returns the replies to send, in order.
     pub async fn handle(&mut self, msg: ProcessingRequest) -> Vec<ProcessingResponse> {
-        if !self.seen_first {
-            self.seen_first = true;
+        if self.phase == RequestPhase::New {
+            self.phase = RequestPhase::Receiving;
             if let Some(pc) = &msg.protocol_config {
                 self.req_mode = request_mode(pc.request_body_mode);
                 self.resp_mode = response_mode(pc.response_body_mode);
@@ -196,7 +206,9 @@ impl StreamProcessor {
         }
         match (end_of_stream, self.req_mode) {
             (true, _) | (_, RequestMode::HeadersOnly) | (_, RequestMode::Streamed) => {
-                self.request_done = end_of_stream;
+                if end_of_stream {
+                    self.phase = RequestPhase::Ended;
+                }
                 self.pick_without_body()
             }
             (false, RequestMode::Buffered) => vec![resp::request_headers(CommonResponse::default())],
@@ -205,7 +217,7 @@ impl StreamProcessor {
     }
 
     async fn on_request_body(&mut self, chunk: Vec<u8>, end_of_stream: bool) -> Vec<ProcessingResponse> {
-        if self.req_mode == RequestMode::Streamed || self.request_done {
+        if self.req_mode == RequestMode::Streamed || self.phase == RequestPhase::Ended {
             // Streamed: the pick was made at the headers; acknowledge each chunk. After the
             // first end of stream: Envoy's duplicate-EOS quirk, never schedule twice.
             return match self.req_mode {
@@ -224,13 +236,13 @@ impl StreamProcessor {
                 _ => vec![resp::request_body(CommonResponse::default())],
             };
         }
-        self.request_done = true;
+        self.phase = RequestPhase::Ended;
         self.schedule_body(false).await
     }
 
     async fn on_request_trailers(&mut self) -> Vec<ProcessingResponse> {
-        if self.req_mode == RequestMode::FullDuplex && !self.request_done && self.scheduled.is_none() {
-            self.request_done = true;
+        if self.req_mode == RequestMode::FullDuplex && self.phase != RequestPhase::Ended && self.scheduled.is_none() {
+            self.phase = RequestPhase::Ended;
             return self.schedule_body(true).await;
         }
         vec![resp::request_trailers()]
@@ -248,7 +260,7 @@ impl StreamProcessor {
             let (headers, raw) = (self.headers.clone(), body.clone());
             match tokio::task::spawn_blocking(move || prepare(&parsers, &headers, &raw)).await {
                 Ok(p) => p,
-                Err(e) => return self.fail(ExtProcError::Internal(format!("parsing task failed: {e}"))),
+                Err(source) => return self.fail(ExtProcError::Task { what: "parsing", source }),
             }
         } else {
             prepare(self.scheduler.parsers(), &self.headers, &body)
@@ -263,8 +275,7 @@ impl StreamProcessor {
         let tokenize_json = prepared.tokenize_json.take();
         let tokenize_input = || tokenize_json.map_or_else(|| body.clone(), Bytes::from);
         let flow_control = self.shared.flow_control.as_deref();
-        let stage =
-            before_decision(&scheduler, flow_control, &self.shared.store, &prepared.request, tokenize_input);
+        let stage = before_decision(&scheduler, flow_control, &self.shared.store, &prepared.request, tokenize_input);
         match stage.await {
             Ok(awaited) => prepared.awaited = awaited,
             Err(ended) => {
@@ -281,7 +292,7 @@ impl StreamProcessor {
             .await;
             match joined {
                 Ok(o) => o,
-                Err(e) => return self.fail(ExtProcError::Internal(format!("scheduling task failed: {e}"))),
+                Err(source) => return self.fail(ExtProcError::Task { what: "scheduling", source }),
             }
         } else {
             schedule_prepared(&scheduler, &self.shared.store, &self.metadata, prepared, use_hint)

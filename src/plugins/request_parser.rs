@@ -6,9 +6,9 @@
 //! [`ParserSet`](crate::request::parsers::ParserSet); the parsing itself lives in
 //! `request::parsers`.
 
+use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
 use crate::framework::plugin::PluginInstance;
 use crate::plugins::producer::passive::NoParams;
-use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
 use crate::plugins::registry::Factory;
 use crate::request::parsers::ParserKind;
 

@@ -322,8 +322,8 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::framework::plugin::{Admitter, PluginInstance};
     use crate::framework::build::{BuildContext, BuildError, PluginSpec};
+    use crate::framework::plugin::{Admitter, PluginInstance};
     use crate::plugins::registry::builtin;
     use crate::test_util::{chat_request, endpoint};
 

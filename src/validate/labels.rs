@@ -16,10 +16,10 @@ use serde_yaml::Value;
 
 use super::{Finding, at};
 use crate::endpoints::model::{Candidate, Endpoint, MetricsState, ROLE_LABEL};
+use crate::framework::build::{BuildContext, PluginSpec};
 use crate::framework::context::SchedulingContext;
 use crate::framework::data::RequestData;
 use crate::plugins::filter::{by_label, label_selector, role};
-use crate::framework::build::{BuildContext, PluginSpec};
 use crate::plugins::registry::builtin;
 use crate::request::InferenceRequest;
 

@@ -24,9 +24,9 @@ use crate::endpoints::model::Candidate;
 use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
 use crate::framework::context::{DataKey, SchedulingContext};
 use crate::framework::data::LatencyPrediction;
+use crate::framework::plugin::{Admitter, Consumer, PluginInstance, PluginName};
 use crate::latency::features::{SLO_TPOT_HEADERS, SLO_TTFT_HEADERS, slo_ms};
 use crate::plugins::scorer::producer_name;
-use crate::framework::plugin::{Admitter, Consumer, PluginInstance, PluginName};
 
 /// Type name.
 pub const TYPE: &str = "latency-slo-admitter";

@@ -19,9 +19,9 @@ use serde::Deserialize;
 use crate::endpoints::model::Candidate;
 use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
 use crate::framework::context::SchedulingContext;
+use crate::framework::plugin::{Filter, PluginInstance, PreRequest, ResponseHook, SaturationDetector};
 use crate::framework::result::{HeaderEdits, SchedulingResult};
 use crate::plugins::producer::inflight::state::Ledger;
-use crate::framework::plugin::{Filter, PluginInstance, PreRequest, ResponseHook, SaturationDetector};
 use crate::request::InferenceRequest;
 use crate::request::usage::Usage;
 

@@ -23,8 +23,8 @@ use serde::Deserialize;
 use crate::endpoints::model::Candidate;
 use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
 use crate::framework::context::{DataKey, SchedulingContext};
-use crate::plugins::scorer::producer_name;
 use crate::framework::plugin::{Consumer, Filter, PluginInstance, PluginName};
+use crate::plugins::scorer::producer_name;
 
 /// Type name.
 pub const TYPE: &str = "prefix-cache-affinity-filter";

@@ -17,8 +17,8 @@ use crate::endpoints::model::Candidate;
 use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
 use crate::framework::context::{DataKey, SchedulingContext};
 use crate::framework::data::LatencyPredictions;
-use crate::plugins::scorer::producer_name;
 use crate::framework::plugin::{Consumer, Filter, PluginInstance, PluginName};
+use crate::plugins::scorer::producer_name;
 
 /// Type name.
 pub const TYPE: &str = "slo-headroom-tier-filter";
@@ -77,7 +77,8 @@ impl Consumer for SloHeadroomTierFilter {
 
 impl Filter for SloHeadroomTierFilter {
     fn filter(&self, cx: &SchedulingContext<'_>, candidates: Vec<Candidate>) -> Vec<Candidate> {
-        let Some(predictions) = cx.data.latency.get(self.producer.as_deref()).filter(|p| !p.per_endpoint.is_empty()) else {
+        let Some(predictions) = cx.data.latency.get(self.producer.as_deref()).filter(|p| !p.per_endpoint.is_empty())
+        else {
             return candidates;
         };
         let tier = positive_tier(predictions, &candidates);
@@ -107,10 +108,7 @@ mod tests {
         };
         l.per_endpoint.insert("a".into(), p(50.0, 0.0));
         l.per_endpoint.insert("b".into(), p(-5.0, 3.0));
-        RequestData {
-            latency: ByProducer::only("lp", Arc::new(l)),
-            ..Default::default()
-        }
+        RequestData { latency: ByProducer::only("lp", Arc::new(l)), ..Default::default() }
     }
 
     fn kept(epsilon: f64, d: &RequestData, names: &[&str]) -> Vec<String> {

@@ -18,8 +18,10 @@ use tokio::sync::broadcast;
 use tracing::warn;
 
 use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
+use crate::framework::plugin::{
+    BackgroundService, NotificationSource, PluginInstance, PluginName, ServiceContext, ServiceFuture,
+};
 use crate::k8s::notify::{self, Gvk, Notification};
-use crate::framework::plugin::{BackgroundService, NotificationSource, PluginInstance, PluginName, ServiceContext, ServiceFuture};
 
 /// Registered type name.
 pub const TYPE: &str = "k8s-notification-source";

@@ -35,11 +35,11 @@ use crate::endpoints::model::Candidate;
 use crate::framework::build::{BuildContext, BuildError, PluginSpec, de_duration, decode_params};
 use crate::framework::context::{DataKey, SchedulingContext};
 use crate::framework::data::{LatencyPredictions, RequestData};
+use crate::framework::plugin::{DataProducer, LatencyStep, PluginInstance, PluginName, PreRequest, ResponseHook};
 use crate::framework::result::{HeaderEdits, SchedulingResult};
 use crate::latency::features::{SLO_TPOT_HEADERS, SLO_TTFT_HEADERS, slo_ms, with_headroom};
 use crate::latency::trainer::Trainer;
 use crate::latency::{Predicted, Predictor};
-use crate::framework::plugin::{DataProducer, LatencyStep, PluginInstance, PluginName, PreRequest, ResponseHook};
 use crate::request::InferenceRequest;
 use crate::request::usage::Usage;
 

@@ -106,10 +106,7 @@ mod tests {
         for (id, r, t) in v {
             l.per_endpoint.insert((*id).into(), (*r, *t));
         }
-        RequestData {
-            inflight: ByProducer::only("i", Arc::new(l)),
-            ..Default::default()
-        }
+        RequestData { inflight: ByProducer::only("i", Arc::new(l)), ..Default::default() }
     }
 
     #[test]

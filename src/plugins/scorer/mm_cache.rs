@@ -73,10 +73,7 @@ mod tests {
         let mut m = EncoderCacheMatches { total_weight: 80, ..Default::default() };
         m.per_endpoint.insert("a".into(), 80);
         m.per_endpoint.insert("b".into(), 20);
-        RequestData {
-            encoder_cache: ByProducer::only(name, Arc::new(m)),
-            ..Default::default()
-        }
+        RequestData { encoder_cache: ByProducer::only(name, Arc::new(m)), ..Default::default() }
     }
 
     #[test]

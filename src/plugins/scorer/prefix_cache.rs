@@ -117,10 +117,7 @@ mod tests {
         let mut m = PrefixMatches { block_size_tokens: 64, total_blocks: 4, ..Default::default() };
         m.per_endpoint.insert("a".into(), MatchInfo { match_blocks: 3, weighted_blocks: 3.0 });
         m.per_endpoint.insert("b".into(), MatchInfo { match_blocks: 1, weighted_blocks: 0.8 });
-        RequestData {
-            prefix: ByProducer::only("approx", Arc::new(m)),
-            ..Default::default()
-        }
+        RequestData { prefix: ByProducer::only("approx", Arc::new(m)), ..Default::default() }
     }
 
     #[test]

@@ -78,10 +78,7 @@ mod tests {
         l.uncached_tokens.insert("a".into(), 200);
         l.uncached_tokens.insert("b".into(), 250);
         l.per_endpoint.insert("c".into(), (9, 5000));
-        let data = RequestData {
-            inflight: ByProducer::only("i", Arc::new(l)),
-            ..Default::default()
-        };
+        let data = RequestData { inflight: ByProducer::only("i", Arc::new(l)), ..Default::default() };
         let request = Default::default();
         let s = TokenLoadScorer { threshold: 1000.0, producer: None };
         let c = [endpoint("a").build(), endpoint("b").build(), endpoint("c").build(), endpoint("z").build()];

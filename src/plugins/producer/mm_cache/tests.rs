@@ -5,10 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::*;
-use crate::framework::data::ByProducer;
 use crate::endpoints::model::Candidate;
-use crate::framework::result::ProfileResult;
+use crate::framework::data::ByProducer;
 use crate::framework::plugin::Scorer;
+use crate::framework::result::ProfileResult;
 use crate::plugins::scorer::mm_cache::MmCacheScorer;
 use crate::request::openai::{ApiKind, parse_body};
 use crate::test_util::endpoint;
@@ -41,7 +41,13 @@ fn route(p: &MmCacheProducer, r: &InferenceRequest, candidates: &[Candidate], ta
 }
 
 /// `route` for a request whose tokenize step reported `items`.
-fn route_items(p: &MmCacheProducer, r: &InferenceRequest, items: &[MediaItem], candidates: &[Candidate], target: &Candidate) {
+fn route_items(
+    p: &MmCacheProducer,
+    r: &InferenceRequest,
+    items: &[MediaItem],
+    candidates: &[Candidate],
+    target: &Candidate,
+) {
     let mut data = phase_one(items);
     p.produce(r, candidates, &mut data);
     let cx = SchedulingContext { request: r, data: &data, now: Instant::now() };
@@ -92,7 +98,7 @@ fn items_are_recorded_on_the_chosen_endpoint() {
     let r2 = image_request("r2", &["http://i/2.png", "http://i/3.png"]);
     let second = route(&p, &r2, &cands, &b);
     assert_eq!(scores(&second, &r2, &cands), vec![0.0, 0.5], "one of two images on b");
-    let m = second.encoder_cache(None).expect("match info");
+    let m = second.encoder_cache.get(None).expect("match info");
     assert_eq!((m.items.len(), m.total_weight, m.matched("b")), (2, 2, 1));
 
     let text = crate::test_util::chat_request("m", &["no images"]);

@@ -26,6 +26,9 @@ use crate::endpoints::store::EndpointStore;
 use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
 use crate::framework::context::SchedulingContext;
 use crate::framework::data::MatchInfo;
+use crate::framework::plugin::{
+    BackgroundService, PluginInstance, PluginName, PreRequest, ServiceContext, ServiceFuture,
+};
 use crate::framework::result::{HeaderEdits, SchedulingResult};
 use crate::kvcache::hashing::HashExtras;
 use crate::kvcache::index::KeyMode;
@@ -33,7 +36,6 @@ use crate::kvcache::{
     DriftDetector, KvCacheMetrics, KvEventSource, PrefixIndex, SpeculativeLedger, Subscriber, SubscriberConfig,
     SubscriberHandle,
 };
-use crate::framework::plugin::{BackgroundService, PluginInstance, PluginName, PreRequest, ServiceContext, ServiceFuture};
 use crate::request::InferenceRequest;
 use params::{Derived, Params};
 

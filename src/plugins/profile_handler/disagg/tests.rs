@@ -151,7 +151,8 @@ fn needs_peer(
     spec: &crate::framework::build::PluginSpec,
     _: &BuildContext,
 ) -> Result<crate::framework::plugin::PluginInstance, crate::framework::build::BuildError> {
-    Ok(crate::framework::plugin::PluginInstance::new(spec.name.clone(), "needs-peer").with_filter(std::sync::Arc::new(NeedsPeer)))
+    Ok(crate::framework::plugin::PluginInstance::new(spec.name.clone(), "needs-peer")
+        .with_filter(std::sync::Arc::new(NeedsPeer)))
 }
 
 #[test]

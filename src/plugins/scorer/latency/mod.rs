@@ -37,9 +37,9 @@ use crate::endpoints::model::Candidate;
 use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
 use crate::framework::context::{DataKey, SchedulingContext};
 use crate::framework::data::LatencyPrediction;
+use crate::framework::plugin::{Consumer, PluginInstance, PluginName, Scorer};
 use crate::plugins::filter::slo_headroom_tier::pick_positive;
 use crate::plugins::scorer::producer_name;
-use crate::framework::plugin::{Consumer, PluginInstance, PluginName, Scorer};
 
 /// Type name.
 pub const TYPE: &str = "latency-scorer";
