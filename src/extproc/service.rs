@@ -16,7 +16,6 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
 use tokio::sync::mpsc;
 use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
@@ -28,7 +27,7 @@ use super::streams::StreamTracker;
 use crate::endpoints::store::EndpointStore;
 use crate::proto::ext_proc::external_processor_server::ExternalProcessor;
 use crate::proto::ext_proc::{ProcessingRequest, ProcessingResponse};
-use crate::scheduling::scheduler::Scheduler;
+use crate::scheduling::handle::SchedulerHandle;
 use crate::telemetry::metrics::RequestMetrics;
 
 /// Replies buffered per stream before the processor waits for Envoy to read.
@@ -77,8 +76,9 @@ async fn next_message(
 /// State shared by every stream.
 #[derive(Debug)]
 pub struct Shared {
-    /// The scheduler (swapped whole on reload).
-    pub scheduler: ArcSwap<Scheduler>,
+    /// The scheduler; each stream takes the current one when it starts (swapped whole on
+    /// reload, see `SchedulerHandle`).
+    pub scheduler: SchedulerHandle,
     /// Endpoints.
     pub store: EndpointStore,
     /// Request metrics.
@@ -148,10 +148,11 @@ impl ExternalProcessor for ExtProcService {
                                 break;
                             };
                             warn!(%status, "Undecodable ext_proc message; failing the stream");
-                            for reply in processor.fail_undecodable(error.clone()) {
+                            let ended = error.stream_status();
+                            for reply in processor.fail_undecodable(error) {
                                 let _ = tx.send(Ok(reply)).await;
                             }
-                            let _ = tx.send(Err(error.stream_status())).await;
+                            let _ = tx.send(Err(ended)).await;
                             break;
                         }
                     };
