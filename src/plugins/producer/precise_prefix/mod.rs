@@ -28,6 +28,9 @@ use crate::endpoints::store::EndpointStore;
 use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
 use crate::framework::context::SchedulingContext;
 use crate::framework::data::MatchInfo;
+use crate::framework::plugin::{
+    BackgroundService, PluginInstance, PluginName, PreRequest, ServiceContext, ServiceFuture,
+};
 use crate::framework::replica::{Origin, ReplicaHandle, SharedState, SharedUpdate};
 use crate::framework::result::{HeaderEdits, SchedulingResult};
 use crate::kvcache::hashing::HashExtras;
@@ -36,7 +39,6 @@ use crate::kvcache::{
     DriftDetector, KvCacheMetrics, KvEventSource, PrefixIndex, SpeculativeLedger, Subscriber, SubscriberConfig,
     SubscriberHandle,
 };
-use crate::plugins::{BackgroundService, PluginInstance, PluginName, PreRequest, ServiceContext, ServiceFuture};
 use crate::request::InferenceRequest;
 use params::{Derived, Params};
 
@@ -128,7 +130,7 @@ impl PrecisePrefixProducer {
 impl PreRequest for PrecisePrefixProducer {
     fn pre_request(&self, cx: &SchedulingContext<'_>, result: &SchedulingResult, _: &mut HeaderEdits) {
         let Some(ledger) = &self.speculative else { return };
-        let Some(m) = cx.data.prefix(Some(&self.name)) else { return };
+        let Some(m) = cx.data.prefix.get(Some(&self.name)) else { return };
         let now = Instant::now();
         for holder in result.cache_holders() {
             self.metrics.record_speculative(ledger.record(&self.index, &holder.endpoint.id, &m.keys, now));
