@@ -88,8 +88,8 @@ pub struct Settings {
 /// Kubernetes settings of the app.
 #[derive(Clone, Debug)]
 pub struct KubeSettings {
-    /// API server and credentials.
-    pub cluster: crate::k8s::config::ClusterConfig,
+    /// API server and credentials (loaded when the app starts).
+    pub cluster: crate::k8s::client::KubeSource,
     /// Namespace of the pool and of namespaced notification sources.
     pub namespace: String,
     /// The pool whose pods become endpoints; `None` = Kubernetes only for plugins.
@@ -220,8 +220,7 @@ impl App {
         let scrape_metrics = ScrapeMetrics::register(&registry)?;
         let kube = match &settings.kubernetes {
             Some(k) => Some(crate::k8s::KubeHandle {
-                client: crate::k8s::client::ApiClient::new(k.cluster.clone(), Duration::from_secs(30))
-                    .context("Kubernetes client")?,
+                client: crate::k8s::client::connect(&k.cluster).await.context("Kubernetes client")?,
                 namespace: k.namespace.clone(),
                 metrics: crate::k8s::metrics::K8sMetrics::register(&registry)?,
                 options: k.watch,

@@ -388,8 +388,9 @@ pub struct ServeArgs {
     /// `inference.networking.x-k8s.io` (v1alpha2).
     #[arg(long, default_value = crate::k8s::pool::GROUP_V1)]
     pub pool_group: String,
-    /// Kubeconfig file for reaching the API server outside a cluster (current context; token
-    /// or no authentication). Without it epp uses the in-cluster service account.
+    /// Kubeconfig file for reaching the API server outside a cluster (its current context;
+    /// everything kube-rs loads: tokens, client certificates, exec plugins, auth providers,
+    /// proxy-url). Without it epp uses the in-cluster service account.
     #[arg(long, env = "KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
     /// Accepted for compatibility; alpha plugins load regardless.
@@ -489,22 +490,16 @@ impl ServeArgs {
 
     /// Kubernetes access: `--kubeconfig`/KUBECONFIG, else the in-cluster service account.
     /// Required with `--pool-name`; otherwise optional (used by `k8s-notification-source`).
-    /// Reads the named files; errors are ready to print.
+    /// Files are read when the app starts (kube's loader); errors here are ready to print.
     pub fn kube_settings(&self) -> Result<Option<crate::app::KubeSettings>, String> {
-        use crate::k8s::config::ClusterConfig;
-        let cluster = match &self.kubeconfig {
-            Some(path) if !path.as_os_str().is_empty() => {
-                Some(ClusterConfig::from_kubeconfig(path).map_err(|e| e.to_string())?)
-            }
-            _ => ClusterConfig::in_cluster().map_err(|e| e.to_string())?,
-        };
+        let cluster = crate::k8s::client::KubeSource::detect(self.kubeconfig.as_deref());
         let pool = self.pool_name.as_ref().map(|name| crate::k8s::pool::PoolRef {
             name: name.clone(),
             namespace: self.pool_namespace.clone(),
             group: self.pool_group.clone(),
         });
         if let Some(pool) = &pool {
-            pool.version()?;
+            pool.version().map_err(|e| e.to_string())?;
         }
         let standalone = self.standalone_pool()?;
         match (cluster, pool, standalone) {

@@ -6,7 +6,10 @@
 
 use std::collections::BTreeMap;
 
+use kube::core::ApiResource;
 use serde::Deserialize;
+
+use super::error::K8sError;
 
 /// The stable API group (GIE's `--pool-group` default).
 pub const GROUP_V1: &str = "inference.networking.k8s.io";
@@ -28,17 +31,24 @@ pub struct PoolRef {
 
 impl PoolRef {
     /// The served version of the group: `v1` for the stable group, `v1alpha2` for x-k8s.io.
-    pub fn version(&self) -> Result<&'static str, String> {
+    pub fn version(&self) -> Result<&'static str, K8sError> {
         match self.group.as_str() {
             GROUP_V1 => Ok("v1"),
             GROUP_V1ALPHA2 => Ok("v1alpha2"),
-            other => Err(format!("unsupported --pool-group {other:?}: use {GROUP_V1} or {GROUP_V1ALPHA2}")),
+            other => Err(K8sError::UnsupportedPoolGroup(other.to_string())),
         }
     }
 
-    /// Collection path of pools in the namespace.
-    pub fn collection_path(&self) -> Result<String, String> {
-        Ok(format!("/apis/{}/{}/namespaces/{}/inferencepools", self.group, self.version()?, self.namespace))
+    /// The InferencePool kind of the pool's group and version.
+    pub fn api_resource(&self) -> Result<ApiResource, K8sError> {
+        let version = self.version()?;
+        Ok(ApiResource {
+            group: self.group.clone(),
+            version: version.into(),
+            api_version: format!("{}/{version}", self.group),
+            kind: "InferencePool".into(),
+            plural: "inferencepools".into(),
+        })
     }
 }
 

@@ -92,8 +92,17 @@ impl MockKube {
     }
 
     /// Serves an APIResourceList at `path` (e.g. `/api/v1`).
-    pub fn set_discovery(&self, path: &str, resources: Value) {
-        let doc = json!({"kind": "APIResourceList", "resources": resources});
+    /// Each resource needs `name`, `kind` and `namespaced`; the other required fields are
+    /// filled in.
+    pub fn set_discovery(&self, path: &str, mut resources: Value) {
+        for r in resources.as_array_mut().expect("resources array") {
+            let singular = r["kind"].as_str().unwrap_or_default().to_ascii_lowercase();
+            r["singularName"] = json!(singular);
+            r["verbs"] = json!(["get", "list", "watch"]);
+        }
+        let group_version = path.trim_start_matches("/apis/").trim_start_matches("/api/");
+        let doc = json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version,
+            "resources": resources});
         self.inner.lock().unwrap().discovery.insert(path.to_string(), doc);
     }
 
