@@ -99,6 +99,19 @@ pub struct KubeSettings {
     pub standalone: Option<crate::k8s::pool::PoolSpec>,
     /// Watch retry settings.
     pub watch: crate::k8s::watch::WatchOptions,
+    /// Leader election (`--ha-enable-leader-election`): the Lease and this replica's identity.
+    pub leader_election: Option<LeaderElectionSettings>,
+}
+
+/// Leader election settings.
+#[derive(Clone, Debug)]
+pub struct LeaderElectionSettings {
+    /// Lease name ([`crate::k8s::lease::lease_name`]).
+    pub lease: String,
+    /// Holder identity (the pod name).
+    pub holder: String,
+    /// Durations.
+    pub timing: crate::k8s::lease::ElectionTiming,
 }
 
 impl Settings {
@@ -154,6 +167,8 @@ pub struct App {
     serving: CancellationToken,
     ext_proc: Option<tokio::task::JoinHandle<()>>,
     drain_metrics: crate::shutdown::DrainMetrics,
+    /// Stops campaigning and releases the Lease (leader election only).
+    election_stop: CancellationToken,
     cancel: CancellationToken,
     tasks: JoinSet<()>,
     services: Vec<Arc<dyn BackgroundService>>,
@@ -363,6 +378,12 @@ impl App {
         if let (Some(kube), Some(k)) = (&kube, &settings.kubernetes) {
             start_pool_discovery(kube, k, &store, &health_state, &cancel, &mut tasks);
         }
+        let election_stop = cancel.child_token();
+        if let (Some(kube), Some(election)) =
+            (&kube, settings.kubernetes.as_ref().and_then(|k| k.leader_election.as_ref()))
+        {
+            start_leader_election(kube, election, &health_state, &election_stop, &mut tasks);
+        }
         if let Some(controller) = flow_control.clone() {
             tasks.spawn(controller.run(cancel.clone()));
         }
@@ -389,6 +410,7 @@ impl App {
             serving,
             ext_proc: Some(ext_proc_task),
             drain_metrics,
+            election_stop,
             cancel,
             tasks,
             services,
@@ -428,6 +450,8 @@ impl App {
     /// Graceful shutdown (SIGTERM), bounded by `plan.timeout` whatever the peers do: see
     /// [`crate::shutdown`].
     pub async fn drain(mut self, plan: crate::shutdown::DrainPlan) -> crate::shutdown::DrainReport {
+        // A leader releases its Lease at once so a standby takes over within a retry period.
+        self.election_stop.cancel();
         let ext_proc = self.ext_proc.take();
         let report =
             crate::shutdown::drain(plan, &self.health, &self.streams, &self.drain_metrics, &self.serving, ext_proc)
@@ -488,6 +512,33 @@ fn file_discovery(
     info!(path = %fd.path.display(), count = endpoints.len(), watch = fd.watch_file, "Endpoints loaded (file-discovery)");
     store.replace(endpoints);
     Ok(fd.watch_file.then(|| (fd.path.clone(), bytes)))
+}
+
+/// Campaigns for the Lease; readiness follows leadership (see [`crate::health`]).
+fn start_leader_election(
+    kube: &crate::k8s::KubeHandle,
+    settings: &LeaderElectionSettings,
+    health: &HealthState,
+    stop: &CancellationToken,
+    tasks: &mut JoinSet<()>,
+) {
+    health.enable_leader_election();
+    info!(lease = %settings.lease, holder = %settings.holder, namespace = %kube.namespace, "Leader election on");
+    let election = crate::k8s::lease::LeaderElection {
+        api: kube::Api::namespaced(kube.client.clone(), &kube.namespace),
+        name: settings.lease.clone(),
+        holder: settings.holder.clone(),
+        timing: settings.timing,
+        metrics: kube.metrics.clone(),
+    };
+    let (leading, mut leading_rx) = tokio::sync::watch::channel(false);
+    tasks.spawn(election.run(leading, stop.clone()));
+    let health = health.clone();
+    tasks.spawn(async move {
+        while leading_rx.changed().await.is_ok() {
+            health.set_leader(*leading_rx.borrow_and_update());
+        }
+    });
 }
 
 /// Starts InferencePool or standalone (`--endpoint-selector`) discovery; readiness follows

@@ -357,7 +357,9 @@ pub struct ServeArgs {
     /// This pod's name (downward API).
     #[arg(long, env = "POD_NAME")]
     pub pod_name: Option<String>,
-    /// Leader election (not implemented yet: every replica serves; warned when true).
+    /// Leader election on the Lease `epp-<pool-namespace>-<pool-name>.gateway-api-inference-extension.sigs.k8s.io`
+    /// (holder `--pod-name`/POD_NAME): only the leader reports ready; standbys keep their
+    /// endpoint and metrics state warm. Needs `--pool-name`.
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
     pub ha_enable_leader_election: Option<bool>,
     /// OpenTelemetry tracing (not implemented yet; warned when true).
@@ -429,11 +431,6 @@ impl ServeArgs {
                 out.push(format!("{flag} is accepted but not implemented yet: {what}"));
             }
         };
-        lacking(
-            self.ha_enable_leader_election == Some(true),
-            "--ha-enable-leader-election",
-            "every replica reports ready and routes (active-active)",
-        );
         lacking(self.tracing == Some(true), "--tracing", "no OpenTelemetry spans are exported");
         lacking(
             self.metrics_endpoint_auth == Some(true),
@@ -483,6 +480,29 @@ impl ServeArgs {
         Ok(Some(crate::k8s::pool::PoolSpec { selector: labels, target_ports: self.endpoint_target_ports.clone() }))
     }
 
+    /// Leader-election settings when `--ha-enable-leader-election` is on. The holder is
+    /// `--pod-name`/POD_NAME, else HOSTNAME (a pod's hostname is its name).
+    fn leader_election(
+        &self,
+        pool: Option<&crate::k8s::pool::PoolRef>,
+    ) -> Result<Option<crate::app::LeaderElectionSettings>, String> {
+        if self.ha_enable_leader_election != Some(true) {
+            return Ok(None);
+        }
+        let pool = pool.ok_or("--ha-enable-leader-election needs --pool-name (the Lease is named after the pool)")?;
+        let holder = self
+            .pod_name
+            .clone()
+            .filter(|n| !n.is_empty())
+            .or_else(|| std::env::var("HOSTNAME").ok().filter(|n| !n.is_empty()))
+            .ok_or("--ha-enable-leader-election needs --pod-name (or env POD_NAME / HOSTNAME) as the Lease holder")?;
+        Ok(Some(crate::app::LeaderElectionSettings {
+            lease: crate::k8s::lease::lease_name(&pool.namespace, &pool.name),
+            holder,
+            timing: Default::default(),
+        }))
+    }
+
     /// Listen address of a port.
     pub fn addr(&self, port: u16) -> SocketAddr {
         SocketAddr::new(self.bind_address, port)
@@ -506,10 +526,16 @@ impl ServeArgs {
             (Some(cluster), pool, standalone) => Ok(Some(crate::app::KubeSettings {
                 cluster,
                 namespace: self.pool_namespace.clone(),
+                leader_election: self.leader_election(pool.as_ref())?,
                 pool,
                 standalone,
                 watch: Default::default(),
             })),
+            (None, ..) if self.ha_enable_leader_election == Some(true) => {
+                Err("--ha-enable-leader-election needs Kubernetes access: run in a cluster \
+                     (KUBERNETES_SERVICE_HOST) or give --kubeconfig"
+                    .into())
+            }
             (None, None, None) => Ok(None),
             (None, ..) => Err("--pool-name and --endpoint-selector need Kubernetes access: run in a cluster \
                  (KUBERNETES_SERVICE_HOST) or give --kubeconfig"

@@ -12,6 +12,7 @@
 pub mod client;
 pub mod discovery;
 pub mod error;
+pub mod lease;
 pub mod metrics;
 pub mod notify;
 pub mod pod;

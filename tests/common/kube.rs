@@ -71,7 +71,7 @@ impl MockKube {
                 tokio::spawn(async move {
                     let svc = service_fn(move |req| {
                         let server = server.clone();
-                        async move { Ok::<_, Infallible>(server.handle(req)) }
+                        async move { Ok::<_, Infallible>(server.handle(req).await) }
                     });
                     let _ = http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
                 });
@@ -186,12 +186,68 @@ impl MockKube {
         }
     }
 
-    fn handle(&self, req: hyper::Request<hyper::body::Incoming>) -> hyper::Response<Body> {
+    async fn handle(&self, req: hyper::Request<hyper::body::Incoming>) -> hyper::Response<Body> {
         let path = req.uri().path().to_string();
         let query = parse_query(req.uri().query().unwrap_or_default());
-        let response = self.route(&path, &query);
+        let method = req.method().clone();
+        let body = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+        let response = match method {
+            hyper::Method::GET => match object_path(&path) {
+                Some((collection, name)) => self.get_object(collection, name),
+                None => self.route(&path, &query),
+            },
+            hyper::Method::POST => self.create_object(&path, &body),
+            hyper::Method::PUT => match object_path(&path) {
+                Some((collection, name)) => self.replace_object(collection, name, &body),
+                None => status_response(405, "MethodNotAllowed", "PUT needs an object path"),
+            },
+            _ => status_response(405, "MethodNotAllowed", "method not supported by the mock"),
+        };
         self.generation.send_modify(|g| *g += 1);
         response
+    }
+
+    /// An object of `collection` (e.g. a Lease), if present.
+    pub fn object(&self, collection: &str, name: &str) -> Option<Value> {
+        self.inner.lock().unwrap().collections.get(collection).and_then(|c| c.objects.get(name).cloned())
+    }
+
+    fn get_object(&self, collection: &str, name: &str) -> hyper::Response<Body> {
+        match self.object(collection, name) {
+            Some(o) => json_response(200, &o),
+            None => status_response(404, "NotFound", &format!("{name} not found")),
+        }
+    }
+
+    /// POST: create (409 AlreadyExists when the name is taken).
+    fn create_object(&self, collection: &str, body: &[u8]) -> hyper::Response<Body> {
+        let Ok(object) = serde_json::from_slice::<Value>(body) else {
+            return status_response(400, "BadRequest", "body is not JSON");
+        };
+        let Some(name) = object["metadata"]["name"].as_str() else {
+            return status_response(422, "Invalid", "metadata.name is required");
+        };
+        if self.object(collection, name).is_some() {
+            return status_response(409, "AlreadyExists", &format!("{name} already exists"));
+        }
+        self.apply(collection, object.clone());
+        json_response(201, &self.object(collection, name).unwrap_or(object))
+    }
+
+    /// PUT: replace; the body's resourceVersion must be the stored one (409 Conflict).
+    fn replace_object(&self, collection: &str, name: &str, body: &[u8]) -> hyper::Response<Body> {
+        let Ok(object) = serde_json::from_slice::<Value>(body) else {
+            return status_response(400, "BadRequest", "body is not JSON");
+        };
+        let Some(stored) = self.object(collection, name) else {
+            return status_response(404, "NotFound", &format!("{name} not found"));
+        };
+        let sent = object["metadata"]["resourceVersion"].as_str().unwrap_or_default();
+        if sent != stored["metadata"]["resourceVersion"].as_str().unwrap_or_default() {
+            return status_response(409, "Conflict", "the object has been modified; apply your changes to the latest version");
+        }
+        self.apply(collection, object);
+        json_response(200, &self.object(collection, name).unwrap_or_default())
     }
 
     fn route(&self, path: &str, query: &HashMap<String, String>) -> hyper::Response<Body> {
@@ -245,6 +301,23 @@ fn gone_line() -> Bytes {
     let status = json!({"kind": "Status", "status": "Failure", "code": 410, "reason": "Expired",
         "message": "too old resource version"});
     Bytes::from(format!("{}\n", json!({"type": "ERROR", "object": status})))
+}
+
+/// `(collection, name)` when `path` names one namespaced object
+/// (`/api/v1/namespaces/ns/<plural>/<name>` or `/apis/<g>/<v>/namespaces/ns/<plural>/<name>`).
+fn object_path(path: &str) -> Option<(&str, &str)> {
+    let segments = path.trim_start_matches('/').split('/').count();
+    let object = (path.starts_with("/api/") && segments == 6) || (path.starts_with("/apis/") && segments == 7);
+    if !object || !path.contains("/namespaces/") {
+        return None;
+    }
+    path.rsplit_once('/')
+}
+
+fn status_response(code: u16, reason: &str, message: &str) -> hyper::Response<Body> {
+    let status = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "reason": reason, "message": message, "code": code});
+    json_response(code, &status)
 }
 
 fn json_response(status: u16, v: &Value) -> hyper::Response<Body> {
