@@ -359,7 +359,8 @@ pub struct ServeArgs {
     pub pod_name: Option<String>,
     /// Leader election on the Lease `epp-<pool-namespace>-<pool-name>.gateway-api-inference-extension.sigs.k8s.io`
     /// (holder `--pod-name`/POD_NAME): only the leader reports ready; standbys keep their
-    /// endpoint and metrics state warm. Needs `--pool-name`.
+    /// endpoint and metrics state warm. In standalone mode (`--endpoint-selector`) the pool
+    /// part is `standalone-<hash of the selector>`.
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
     pub ha_enable_leader_election: Option<bool>,
     /// OpenTelemetry tracing (not implemented yet; warned when true).
@@ -489,7 +490,15 @@ impl ServeArgs {
         if self.ha_enable_leader_election != Some(true) {
             return Ok(None);
         }
-        let pool = pool.ok_or("--ha-enable-leader-election needs --pool-name (the Lease is named after the pool)")?;
+        let pool_part = match (pool, self.standalone_pool()?) {
+            (Some(pool), _) => pool.name.clone(),
+            (None, Some(spec)) => standalone_lease_part(&spec.label_selector()),
+            (None, None) => {
+                return Err("--ha-enable-leader-election needs --pool-name or --endpoint-selector \
+                     (the Lease is named after the pool)"
+                    .into());
+            }
+        };
         let holder = self
             .pod_name
             .clone()
@@ -497,7 +506,7 @@ impl ServeArgs {
             .or_else(|| std::env::var("HOSTNAME").ok().filter(|n| !n.is_empty()))
             .ok_or("--ha-enable-leader-election needs --pod-name (or env POD_NAME / HOSTNAME) as the Lease holder")?;
         Ok(Some(crate::app::LeaderElectionSettings {
-            lease: crate::k8s::lease::lease_name(&pool.namespace, &pool.name),
+            lease: crate::k8s::lease::lease_name(&self.pool_namespace, &pool_part),
             holder,
             timing: Default::default(),
         }))
@@ -542,4 +551,11 @@ impl ServeArgs {
                 .into()),
         }
     }
+}
+
+/// The pool part of the Lease name in standalone mode (no pool name): `standalone-` and a
+/// hash of the selector, so replicas of one deployment share a Lease and two deployments in
+/// one namespace do not.
+fn standalone_lease_part(selector: &str) -> String {
+    format!("standalone-{:08x}", xxhash_rust::xxh3::xxh3_64(selector.as_bytes()) as u32)
 }
