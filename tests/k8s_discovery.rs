@@ -295,3 +295,31 @@ fn pool_flags_are_checked() {
     let no_pool = parse(&[]).unwrap().serve.kube_settings().unwrap().unwrap();
     assert!(no_pool.pool.is_none(), "a kubeconfig alone gives plugins access without discovery");
 }
+
+#[tokio::test]
+async fn standalone_mode_follows_selected_pods_without_an_inference_pool() {
+    use epp::k8s::pool::PoolSpec;
+    let mock = MockKube::start().await;
+    let selected = json!({"app": "vllm", "tier": "serving"});
+    mock.apply(PODS, pod("a", selected.clone(), Some("127.0.0.61"), true));
+    mock.apply(PODS, pod("other", json!({"app": "vllm"}), Some("127.0.0.62"), true));
+    let store = EndpointStore::new();
+    let (discovery, mut seen) = discovery(&mock, &store, K8sMetrics::unregistered());
+    let synced = discovery.synced.subscribe();
+    let spec = PoolSpec {
+        selector: [("app".to_string(), "vllm".to_string()), ("tier".to_string(), "serving".to_string())].into(),
+        target_ports: vec![8000, 8001],
+    };
+    let cancel = CancellationToken::new();
+    tokio::spawn(discovery.run_standalone(spec, cancel.clone()));
+    // One pod LIST; one endpoint per target port; the pod without `tier` is not selected.
+    settle(&mut seen, &store, 1, &["a-rank-0", "a-rank-1"]).await;
+    assert!(*synced.borrow(), "standalone discovery is synced after the pod LIST");
+    assert_eq!(&*store.snapshot().get("a-rank-1").unwrap().endpoint.host_port, "127.0.0.61:8001");
+    mock.apply(PODS, pod("b", selected.clone(), Some("127.0.0.63"), true));
+    settle(&mut seen, &store, 2, &["a-rank-0", "a-rank-1", "b-rank-0", "b-rank-1"]).await;
+    mock.delete(PODS, "a");
+    settle(&mut seen, &store, 3, &["b-rank-0", "b-rank-1"]).await;
+    assert_eq!(mock.calls(POOLS), (0, 0), "no InferencePool is read in standalone mode");
+    cancel.cancel();
+}
