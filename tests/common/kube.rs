@@ -55,29 +55,103 @@ pub struct MockKube {
     pub addr: SocketAddr,
     inner: Arc<Mutex<Inner>>,
     generation: watch::Sender<u64>,
+    /// TLS mode: the CA and the accepted credentials.
+    pub tls: Option<Arc<MockTls>>,
+}
+
+/// Certificates of the TLS mode (PEM) and the bearer tokens it accepts. A request is
+/// authenticated by a client certificate the CA signed or by one of the tokens; otherwise
+/// it gets 401.
+pub struct MockTls {
+    /// CA of the server and client certificates.
+    pub ca_pem: String,
+    /// A client certificate signed by the CA, and its key.
+    pub client_cert_pem: String,
+    pub client_key_pem: String,
+    /// Accepted bearer tokens.
+    pub tokens: Vec<String>,
 }
 
 impl MockKube {
-    /// Starts on 127.0.0.1 and an ephemeral port.
+    /// Starts on 127.0.0.1 and an ephemeral port (plain HTTP, no authentication).
     pub async fn start() -> Self {
+        Self::start_with(None).await
+    }
+
+    /// Starts an https server whose certificate (for 127.0.0.1) and client certificate a
+    /// fresh CA signed; `tokens` are accepted as bearer tokens.
+    pub async fn start_tls(tokens: &[&str]) -> Self {
+        Self::start_with(Some(tokens.iter().map(|t| t.to_string()).collect())).await
+    }
+
+    async fn start_with(tokens: Option<Vec<String>>) -> Self {
         let listener = TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await.expect("bind mock kube");
         let addr = listener.local_addr().expect("addr");
-        let mock = Self { addr, inner: Arc::default(), generation: watch::channel(0).0 };
+        let (tls, acceptor) = match tokens {
+            Some(tokens) => {
+                let (tls, acceptor) = tls_material(tokens);
+                (Some(Arc::new(tls)), Some(acceptor))
+            }
+            None => (None, None),
+        };
+        let mock = Self { addr, inner: Arc::default(), generation: watch::channel(0).0, tls };
         let server = mock.clone();
         tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else { return };
                 let server = server.clone();
+                let acceptor = acceptor.clone();
                 tokio::spawn(async move {
-                    let svc = service_fn(move |req| {
-                        let server = server.clone();
-                        async move { Ok::<_, Infallible>(server.handle(req).await) }
-                    });
-                    let _ = http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
+                    let Some(acceptor) = acceptor else {
+                        server.serve(TokioIo::new(stream), true).await;
+                        return;
+                    };
+                    let Ok(tls) = acceptor.accept(stream).await else { return };
+                    let client_cert = tls.get_ref().1.peer_certificates().is_some_and(|c| !c.is_empty());
+                    server.serve(TokioIo::new(tls), client_cert).await;
                 });
             }
         });
         mock
+    }
+
+    async fn serve<IO>(&self, io: TokioIo<IO>, client_cert: bool)
+    where
+        IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let server = self.clone();
+        let svc = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+            let server = server.clone();
+            async move {
+                if !server.authenticated(&req, client_cert) {
+                    return Ok::<_, Infallible>(status_response(401, "Unauthorized", "Unauthorized"));
+                }
+                Ok::<_, Infallible>(server.handle(req).await)
+            }
+        });
+        let _ = http1::Builder::new().serve_connection(io, svc).await;
+    }
+
+    fn authenticated(&self, req: &hyper::Request<hyper::body::Incoming>, client_cert: bool) -> bool {
+        let Some(tls) = &self.tls else { return true };
+        let token =
+            req.headers().get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+        client_cert || token.is_some_and(|t| tls.tokens.iter().any(|ok| ok == t))
+    }
+
+    /// A kubeconfig for the TLS mode with `user` as the user entry (YAML flow mapping, e.g.
+    /// `{token: abc}`), written to `dir`.
+    pub fn tls_kubeconfig(&self, dir: &std::path::Path, user: &str) -> std::path::PathBuf {
+        use base64::Engine;
+        let tls = self.tls.as_ref().expect("a TLS mock");
+        let ca = base64::engine::general_purpose::STANDARD.encode(&tls.ca_pem);
+        let path = dir.join("kubeconfig-tls");
+        let text = format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: mock\ncontexts:\n- name: mock\n  context: {{cluster: mock, user: me}}\nclusters:\n- name: mock\n  cluster: {{server: 'https://{}', certificate-authority-data: {ca}}}\nusers:\n- name: me\n  user: {user}\n",
+            self.addr
+        );
+        std::fs::write(&path, text).expect("write kubeconfig");
+        path
     }
 
     /// A kubeconfig pointing at this server (no auth), written to `dir`.
@@ -244,7 +318,11 @@ impl MockKube {
         };
         let sent = object["metadata"]["resourceVersion"].as_str().unwrap_or_default();
         if sent != stored["metadata"]["resourceVersion"].as_str().unwrap_or_default() {
-            return status_response(409, "Conflict", "the object has been modified; apply your changes to the latest version");
+            return status_response(
+                409,
+                "Conflict",
+                "the object has been modified; apply your changes to the latest version",
+            );
         }
         self.apply(collection, object);
         json_response(200, &self.object(collection, name).unwrap_or_default())
@@ -291,6 +369,45 @@ impl Collection {
                 || w.tx.send(Ok(Frame::data(event_line(kind, object)))).is_ok()
         });
     }
+}
+
+/// A CA, a server certificate for 127.0.0.1 and a client certificate, and the acceptor.
+fn tls_material(tokens: Vec<String>) -> (MockTls, tokio_rustls::TlsAcceptor) {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+    use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+    use tokio_rustls::rustls::server::WebPkiClientVerifier;
+    use tokio_rustls::rustls::{RootCertStore, ServerConfig, crypto};
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+    let leaf = |names: Vec<String>| {
+        let key = KeyPair::generate().unwrap();
+        let cert = CertificateParams::new(names).unwrap().signed_by(&key, &ca).unwrap();
+        (cert, key)
+    };
+    let (server_cert, server_key) = leaf(vec!["127.0.0.1".into(), "localhost".into()]);
+    let (client_cert, client_key) = leaf(vec!["tester".into()]);
+    let provider = Arc::new(crypto::ring::default_provider());
+    let mut roots = RootCertStore::empty();
+    roots.add(ca.der().clone()).unwrap();
+    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+        .allow_unauthenticated()
+        .build()
+        .unwrap();
+    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(server_key.serialize_der()));
+    let config = ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(vec![CertificateDer::from(server_cert.der().to_vec()), ca.der().clone()], key)
+        .unwrap();
+    let tls = MockTls {
+        ca_pem: ca.pem(),
+        client_cert_pem: client_cert.pem(),
+        client_key_pem: client_key.serialize_pem(),
+        tokens,
+    };
+    (tls, tokio_rustls::TlsAcceptor::from(Arc::new(config)))
 }
 
 fn event_line(kind: &str, object: &Value) -> Bytes {
