@@ -83,6 +83,9 @@ pub struct Settings {
     pub grpc_stream_metrics: bool,
     /// Connection hygiene and metrics staleness (`crate::net::limits`).
     pub limits: crate::net::limits::Limits,
+    /// `--metrics-endpoint-auth`: `/metrics` needs a bearer token the API server authenticates
+    /// and authorises (only with Kubernetes access).
+    pub metrics_auth: bool,
 }
 
 /// Kubernetes settings of the app.
@@ -140,6 +143,7 @@ impl Settings {
             refresh_prometheus_metrics_interval: Duration::from_secs(5),
             grpc_stream_metrics: false,
             limits: crate::net::limits::Limits::default(),
+            metrics_auth: false,
         }
     }
 }
@@ -346,7 +350,8 @@ impl App {
             details.extend(crate::kvcache::metrics::readiness_details(&ready_registry));
             Ok(details)
         });
-        tasks.spawn(crate::telemetry::admin::serve(admin, registry.clone(), ready, cancel.clone()));
+        let guard = metrics_guard(settings.metrics_auth, kube.as_ref());
+        tasks.spawn(crate::telemetry::admin::serve(admin, registry.clone(), ready, guard, cancel.clone()));
         if let Some(path) = settings.endpoints_file.clone() {
             tasks.spawn(watch_endpoints_file(
                 path,
@@ -512,6 +517,44 @@ fn file_discovery(
     info!(path = %fd.path.display(), count = endpoints.len(), watch = fd.watch_file, "Endpoints loaded (file-discovery)");
     store.replace(endpoints);
     Ok(fd.watch_file.then(|| (fd.path.clone(), bytes)))
+}
+
+/// The `/metrics` guard of `--metrics-endpoint-auth`: Kubernetes token and access reviews
+/// (see [`crate::k8s::review`]). Without Kubernetes access there is nobody to ask: /metrics
+/// is served open, with a warning.
+fn metrics_guard(
+    enabled: bool,
+    kube: Option<&crate::k8s::KubeHandle>,
+) -> Option<crate::telemetry::admin::MetricsGuard> {
+    use crate::k8s::review::{MetricsReviewer, Verdict};
+    use hyper::StatusCode;
+    if !enabled {
+        return None;
+    }
+    let Some(kube) = kube else {
+        tracing::warn!(
+            "--metrics-endpoint-auth is on but there is no Kubernetes access (no kubeconfig, not in a cluster): \
+             /metrics is served without authentication"
+        );
+        return None;
+    };
+    info!("/metrics requires a bearer token allowed to get /metrics (TokenReview + SubjectAccessReview)");
+    let reviewer = Arc::new(MetricsReviewer::new(kube.client.clone()));
+    Some(Arc::new(move |token: Option<String>| {
+        let reviewer = reviewer.clone();
+        Box::pin(async move {
+            let Some(token) = token else { return StatusCode::UNAUTHORIZED };
+            match reviewer.review(&token).await {
+                Ok(Verdict::Allowed) => StatusCode::OK,
+                Ok(Verdict::Unauthenticated) => StatusCode::UNAUTHORIZED,
+                Ok(Verdict::Forbidden) => StatusCode::FORBIDDEN,
+                Err(error) => {
+                    tracing::warn!(%error, "/metrics: token review failed");
+                    StatusCode::INTERNAL_SERVER_ERROR
+                }
+            }
+        })
+    }))
 }
 
 /// Campaigns for the Lease; readiness follows leadership (see [`crate::health`]).

@@ -366,7 +366,9 @@ pub struct ServeArgs {
     /// OpenTelemetry tracing (not implemented yet; warned when true).
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
     pub tracing: Option<bool>,
-    /// Authenticated `/metrics` (not implemented yet: served without auth; warned when true).
+    /// Authenticated `/metrics` (default true, as GIE): a bearer token checked with a
+    /// TokenReview and a SubjectAccessReview (`get` on `/metrics`). Without Kubernetes access
+    /// /metrics is served open (warned). `/healthz` and `/readyz` stay open.
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
     pub metrics_endpoint_auth: Option<bool>,
     /// CA for metrics client certificates (not implemented yet; warned when given).
@@ -433,11 +435,6 @@ impl ServeArgs {
             }
         };
         lacking(self.tracing == Some(true), "--tracing", "no OpenTelemetry spans are exported");
-        lacking(
-            self.metrics_endpoint_auth == Some(true),
-            "--metrics-endpoint-auth",
-            "/metrics is served without authentication",
-        );
         lacking(
             self.metrics_client_ca_file.as_ref().is_some_and(|p| !p.as_os_str().is_empty()),
             "--metrics-client-ca-file",

@@ -28,6 +28,7 @@ fn replica(kubeconfig: &std::path::Path, name: &str) -> EppProcess {
         "--ha-enable-leader-election",
         "--drain-grace=0s",
         "--refresh-metrics-interval=50ms",
+        "--metrics-endpoint-auth=false",
     ]
     .iter()
     .map(|s| s.to_string())

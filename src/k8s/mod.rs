@@ -17,6 +17,7 @@ pub mod metrics;
 pub mod notify;
 pub mod pod;
 pub mod pool;
+pub mod review;
 pub mod watch;
 
 /// What background services get to reach the cluster (see `ServiceContext::kube`).

@@ -44,6 +44,12 @@ struct Collection {
 
 #[derive(Default)]
 struct Inner {
+    /// Token -> user name for TokenReviews.
+    users: HashMap<String, String>,
+    /// Users a SubjectAccessReview allows to `get /metrics`.
+    metrics_readers: Vec<String>,
+    /// (TokenReviews, SubjectAccessReviews) answered.
+    reviews: (u64, u64),
     rv: u64,
     collections: HashMap<String, Collection>,
     discovery: HashMap<String, Value>,
@@ -270,6 +276,10 @@ impl MockKube {
                 Some((collection, name)) => self.get_object(collection, name),
                 None => self.route(&path, &query),
             },
+            hyper::Method::POST if path == "/apis/authentication.k8s.io/v1/tokenreviews" => self.token_review(&body),
+            hyper::Method::POST if path == "/apis/authorization.k8s.io/v1/subjectaccessreviews" => {
+                self.access_review(&body)
+            }
             hyper::Method::POST => self.create_object(&path, &body),
             hyper::Method::PUT => match object_path(&path) {
                 Some((collection, name)) => self.replace_object(collection, name, &body),
@@ -279,6 +289,50 @@ impl MockKube {
         };
         self.generation.send_modify(|g| *g += 1);
         response
+    }
+
+    /// TokenReviews authenticate `token` as `user`.
+    pub fn add_user(&self, token: &str, user: &str) {
+        self.inner.lock().unwrap().users.insert(token.into(), user.into());
+    }
+
+    /// SubjectAccessReviews allow `user` to `get` the non-resource URL `/metrics`.
+    pub fn allow_metrics(&self, user: &str) {
+        self.inner.lock().unwrap().metrics_readers.push(user.into());
+    }
+
+    /// (TokenReviews, SubjectAccessReviews) answered so far.
+    pub fn reviews(&self) -> (u64, u64) {
+        self.inner.lock().unwrap().reviews
+    }
+
+    fn token_review(&self, body: &[u8]) -> hyper::Response<Body> {
+        let review: Value = serde_json::from_slice(body).unwrap_or_default();
+        let token = review["spec"]["token"].as_str().unwrap_or_default();
+        let mut inner = self.inner.lock().unwrap();
+        inner.reviews.0 += 1;
+        let status = match inner.users.get(token) {
+            Some(user) => {
+                json!({"authenticated": true, "user": {"username": user, "groups": ["system:authenticated"]}})
+            }
+            None => json!({"authenticated": false, "error": "invalid token"}),
+        };
+        let answer = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "metadata": {},
+            "spec": review["spec"], "status": status});
+        json_response(201, &answer)
+    }
+
+    fn access_review(&self, body: &[u8]) -> hyper::Response<Body> {
+        let review: Value = serde_json::from_slice(body).unwrap_or_default();
+        let spec = &review["spec"];
+        let mut inner = self.inner.lock().unwrap();
+        inner.reviews.1 += 1;
+        let user = spec["user"].as_str().unwrap_or_default();
+        let asks_metrics = spec["nonResourceAttributes"] == json!({"path": "/metrics", "verb": "get"});
+        let allowed = asks_metrics && inner.metrics_readers.iter().any(|u| u == user);
+        let answer = json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "metadata": {},
+            "spec": spec, "status": {"allowed": allowed}});
+        json_response(201, &answer)
     }
 
     /// An object of `collection` (e.g. a Lease), if present.
