@@ -89,7 +89,11 @@ struct RawPort {
 }
 
 /// Reads the selector and ports of a pool object; an error says what is unusable.
-pub fn parse_pool(object: &serde_json::Value) -> Result<PoolSpec, String> {
+pub fn parse_pool(object: &serde_json::Value) -> Result<PoolSpec, K8sError> {
+    parse_pool_fields(object).map_err(|message| K8sError::Decode { what: "InferencePool", message })
+}
+
+fn parse_pool_fields(object: &serde_json::Value) -> Result<PoolSpec, String> {
     let raw = RawPool::deserialize(object).map_err(|e| format!("pool spec: {e}"))?;
     let selector = match raw.spec.selector {
         None => BTreeMap::new(),
