@@ -171,10 +171,11 @@ mod tests {
     #[test]
     fn group_selects_the_version() {
         let mut r = PoolRef { name: "p".into(), namespace: "ns".into(), group: GROUP_V1.into() };
-        assert_eq!(r.collection_path().unwrap(), "/apis/inference.networking.k8s.io/v1/namespaces/ns/inferencepools");
+        let api = r.api_resource().unwrap();
+        assert_eq!((api.api_version.as_str(), api.kind.as_str()), ("inference.networking.k8s.io/v1", "InferencePool"));
         r.group = GROUP_V1ALPHA2.into();
-        assert_eq!(r.version(), Ok("v1alpha2"));
+        assert_eq!(r.version().unwrap(), "v1alpha2");
         r.group = "example.com".into();
-        assert!(r.version().is_err());
+        assert!(matches!(r.version(), Err(K8sError::UnsupportedPoolGroup(_))));
     }
 }
