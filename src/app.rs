@@ -83,6 +83,8 @@ pub struct Settings {
     pub grpc_stream_metrics: bool,
     /// Connection hygiene and metrics staleness (`crate::net::limits`).
     pub limits: crate::net::limits::Limits,
+    /// `--metrics-naming`: which names of twin metric families `/metrics` exports.
+    pub metrics_naming: crate::telemetry::naming::MetricsNaming,
 }
 
 /// Kubernetes settings of the app.
@@ -127,6 +129,7 @@ impl Settings {
             refresh_prometheus_metrics_interval: Duration::from_secs(5),
             grpc_stream_metrics: false,
             limits: crate::net::limits::Limits::default(),
+            metrics_naming: Default::default(),
         }
     }
 }
@@ -218,6 +221,9 @@ impl App {
             flow_control: flow_control.clone(),
         });
         let scrape_metrics = ScrapeMetrics::register(&registry)?;
+        let pool_name = settings.kubernetes.as_ref().and_then(|k| k.pool.as_ref()).map_or("", |p| p.name.as_str());
+        let pool_gauges = crate::telemetry::pool_gauges::PoolGauges::register(&registry, pool_name)?;
+        crate::telemetry::process::register(&registry)?;
         let kube = match &settings.kubernetes {
             Some(k) => Some(crate::k8s::KubeHandle {
                 client: crate::k8s::client::ApiClient::new(k.cluster.clone(), Duration::from_secs(30))
@@ -332,7 +338,9 @@ impl App {
             details.extend(crate::kvcache::metrics::readiness_details(&ready_registry));
             Ok(details)
         });
-        tasks.spawn(crate::telemetry::admin::serve(admin, registry.clone(), ready, cancel.clone()));
+        let admin_options = crate::telemetry::admin::AdminOptions { naming: settings.metrics_naming };
+        tasks.spawn(crate::telemetry::admin::serve(admin, registry.clone(), ready, admin_options, cancel.clone()));
+        tasks.spawn(pool_gauges.run(store.clone(), settings.refresh_prometheus_metrics_interval, cancel.clone()));
         if let Some(path) = settings.endpoints_file.clone() {
             tasks.spawn(watch_endpoints_file(
                 path,

@@ -317,6 +317,10 @@ pub struct ServeArgs {
     /// Accepted for compatibility (llm-d); epp does not emit per-endpoint scores yet.
     #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
     pub emit_endpoint_scores: bool,
+    /// Which names of dual-named metric families `/metrics` exports: `both` (GIE and llm-d, as
+    /// llm-d dual-emits), `gie` or `llm-d` (half the series).
+    #[arg(long, value_enum, default_value = "both")]
+    pub metrics_naming: crate::telemetry::naming::MetricsNaming,
     /// Refresh period of pool-level Prometheus gauges.
     #[arg(long, default_value = "5s", value_parser = parse_go_duration)]
     pub refresh_prometheus_metrics_interval: Duration,
@@ -360,9 +364,10 @@ pub struct ServeArgs {
     /// Leader election (not implemented yet: every replica serves; warned when true).
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
     pub ha_enable_leader_election: Option<bool>,
-    /// OpenTelemetry tracing (not implemented yet; warned when true).
-    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
-    pub tracing: Option<bool>,
+    /// OpenTelemetry traces, exported over OTLP/gRPC when `OTEL_EXPORTER_OTLP_ENDPOINT` (or
+    /// `OTEL_TRACES_EXPORTER=otlp`) is set; see docs/observability.md.
+    #[arg(long, default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
+    pub tracing: bool,
     /// Authenticated `/metrics` (not implemented yet: served without auth; warned when true).
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
     pub metrics_endpoint_auth: Option<bool>,
@@ -433,7 +438,6 @@ impl ServeArgs {
             "--ha-enable-leader-election",
             "every replica reports ready and routes (active-active)",
         );
-        lacking(self.tracing == Some(true), "--tracing", "no OpenTelemetry spans are exported");
         lacking(
             self.metrics_endpoint_auth == Some(true),
             "--metrics-endpoint-auth",

@@ -10,6 +10,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
+use tracing::Instrument;
 
 use super::scheduler::Scheduler;
 use crate::endpoints::store::EndpointStore;
@@ -18,6 +19,7 @@ use crate::framework::data::RequestData;
 use crate::framework::plugin::PluginName;
 use crate::latency::Predicted;
 use crate::request::InferenceRequest;
+use crate::telemetry::otel;
 
 /// Runs the stage for one parsed request. `tokenize_input` gives the OpenAI-style JSON a
 /// rendering tokenizer reads (called only when a tokenizer runs). `Err` is the Flow Control
@@ -29,9 +31,11 @@ pub async fn before_decision(
     request: &mut InferenceRequest,
     tokenize_input: impl FnOnce() -> Bytes,
 ) -> Result<RequestData, Outcome> {
-    tokenize(scheduler, request, tokenize_input).await;
+    tokenize(scheduler, request, tokenize_input).instrument(otel::tokenize_span()).await;
     if let Some(controller) = flow_control {
-        match controller.enqueue_and_wait(flow_request(scheduler, request)).await {
+        let flow = flow_request(scheduler, request);
+        let wait = otel::flow_control_span(flow.priority);
+        match controller.enqueue_and_wait(flow).instrument(wait).await {
             Outcome::Dispatched => {}
             ended => return Err(ended),
         }

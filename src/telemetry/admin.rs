@@ -20,12 +20,20 @@ use tracing::debug;
 /// operator may alert on (e.g. KV-event hash drift).
 pub type ReadinessCheck = Arc<dyn Fn() -> Result<Vec<String>, String> + Send + Sync>;
 
+/// What the admin server exposes beyond the registry.
+#[derive(Clone, Debug, Default)]
+pub struct AdminOptions {
+    /// Which names of twin metric families `/metrics` exports.
+    pub naming: super::naming::MetricsNaming,
+}
+
 /// Serves the admin endpoints on the connections of `incoming` (the guarded accept loop:
 /// connection cap, handshake and idle timeouts) until `cancel`.
 pub async fn serve(
     mut incoming: crate::net::incoming::Incoming,
     registry: Registry,
     ready: ReadinessCheck,
+    options: AdminOptions,
     cancel: CancellationToken,
 ) {
     use tokio_stream::StreamExt;
@@ -42,12 +50,13 @@ pub async fn serve(
         let tracker = stream.info().tracker.clone();
         let registry = registry.clone();
         let ready = ready.clone();
+        let options = options.clone();
         let cancel = cancel.clone();
         tokio::spawn(async move {
             let service = service_fn(move |req| {
                 // HTTP/1.1 serves one request at a time; the response body is complete here.
                 let _busy = tracker.stream_started();
-                let response = route(&req, &registry, &ready);
+                let response = route(&req, &registry, &ready, &options);
                 async move { Ok::<_, Infallible>(response) }
             });
             let conn = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
@@ -65,7 +74,12 @@ fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
     r
 }
 
-fn route<B>(req: &Request<B>, registry: &Registry, ready: &ReadinessCheck) -> Response<Full<Bytes>> {
+fn route<B>(
+    req: &Request<B>,
+    registry: &Registry,
+    ready: &ReadinessCheck,
+    options: &AdminOptions,
+) -> Response<Full<Bytes>> {
     if req.method() != Method::GET {
         return text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n");
     }
@@ -73,7 +87,7 @@ fn route<B>(req: &Request<B>, registry: &Registry, ready: &ReadinessCheck) -> Re
         "/metrics" => {
             let mut buf = Vec::new();
             let encoder = TextEncoder::new();
-            if let Err(e) = encoder.encode(&registry.gather(), &mut buf) {
+            if let Err(e) = encoder.encode(&options.naming.filter(registry.gather()), &mut buf) {
                 return text(StatusCode::INTERNAL_SERVER_ERROR, format!("encode failed: {e}\n"));
             }
             let mut r = text(StatusCode::OK, buf);
