@@ -28,7 +28,11 @@ fn main() -> anyhow::Result<()> {
         }
     };
     epp::telemetry::tracing::init_with_spans(
-        &epp::telemetry::tracing::LogOptions { format: serve.log_format, level, time_encoding: serve.zap_time_encoding },
+        &epp::telemetry::tracing::LogOptions {
+            format: serve.log_format,
+            level,
+            time_encoding: serve.zap_time_encoding,
+        },
         spans.as_ref().ok(),
     );
     match &spans {

@@ -33,8 +33,32 @@ const EVENT_ONLY: &[&str] = &[
 /// Series Prometheus itself adds to every target.
 const SCRAPE_SYNTHETIC: &[&str] = &["up"];
 
-const PROMQL_WORDS: &[&str] =
-    &["by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or", "unless", "offset"];
+/// PromQL keywords and aggregation operators (`sum by (le) (...)`: not followed by `(`).
+const PROMQL_WORDS: &[&str] = &[
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "bool",
+    "and",
+    "or",
+    "unless",
+    "offset",
+    "sum",
+    "avg",
+    "min",
+    "max",
+    "count",
+    "stddev",
+    "stdvar",
+    "topk",
+    "bottomk",
+    "quantile",
+    "count_values",
+    "group",
+];
 
 fn config(tokenizer_dir: &str) -> String {
     format!(
@@ -48,13 +72,19 @@ plugins:
   parameters:
     tokenProcessorConfig: {{blockSizeTokens: 16}}
     kvEventsConfig: {{discoverPods: true}}
+- type: approx-prefix-cache-producer
 - type: prefix-cache-scorer
+  name: precise-scorer
   parameters: {{prefixMatchInfoProducerName: precise-prefix-cache-producer}}
+- type: prefix-cache-scorer
+  name: approx-scorer
+  parameters: {{prefixMatchInfoProducerName: approx-prefix-cache-producer}}
 - type: queue-scorer
 schedulingProfiles:
 - name: default
   plugins:
-  - {{pluginRef: prefix-cache-scorer, weight: 3}}
+  - {{pluginRef: precise-scorer, weight: 3}}
+  - {{pluginRef: approx-scorer, weight: 1}}
   - {{pluginRef: queue-scorer, weight: 1}}
 "#
     )
@@ -173,9 +203,13 @@ async fn dashboard_and_rules_name_only_exported_metrics() {
     // Nothing listens there: its scrapes fail and are counted.
     let dead = std::net::SocketAddr::from(([127, 0, 0, 1], 1));
     let tokenizer = format!("{root}/tests/fixtures/tokenizers/llama3");
-    let epp = TestEpp::start(&endpoints_yaml(&[("pod", pod.addr, &[]), ("dead", dead, &[])]), Some(&config(&tokenizer)), |s| {
-        s.refresh_prometheus_metrics_interval = Duration::from_millis(20);
-    })
+    let epp = TestEpp::start(
+        &endpoints_yaml(&[("pod", pod.addr, &[]), ("dead", dead, &[])]),
+        Some(&config(&tokenizer)),
+        |s| {
+            s.refresh_prometheus_metrics_interval = Duration::from_millis(20);
+        },
+    )
     .await;
     epp.wait_endpoints(&["pod", "dead"]).await;
     epp.wait_scraped(|set| set.get("pod").is_some_and(|e| e.metrics.load().updated_at.is_some())).await;
@@ -186,6 +220,11 @@ async fn dashboard_and_rules_name_only_exported_metrics() {
     assert!(is_request_headers(&ex.next().await));
     ex.send(request_body(&chat("m", "hello", false), true)).await;
     assert_eq!(set_header(&ex.next().await, "x-gateway-destination-endpoint"), Some(pod.addr.to_string()));
+    // The response's end records the request duration.
+    ex.send(response_headers("200", "application/json")).await;
+    let _ = ex.next().await;
+    ex.send(response_body(br#"{"usage":{"prompt_tokens":3,"completion_tokens":2}}"#, true)).await;
+    let _ = ex.next().await;
     let mut bad = Exchange::open(&mut client).await;
     bad.send(request_headers("/v1/chat/completions", &[], false, Some((BUFFERED, NONE)))).await;
     assert!(is_request_headers(&bad.next().await));
@@ -243,7 +282,8 @@ fn alert_rules_pass_promtool() {
         return;
     }
     let rules = Path::new(env!("CARGO_MANIFEST_DIR")).join(RULES);
-    let out = std::process::Command::new(promtool).arg("check").arg("rules").arg(&rules).output().expect("run promtool");
+    let out =
+        std::process::Command::new(promtool).arg("check").arg("rules").arg(&rules).output().expect("run promtool");
     assert!(
         out.status.success(),
         "promtool check rules failed:\n{}{}",

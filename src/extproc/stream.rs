@@ -321,8 +321,17 @@ impl StreamProcessor {
             ..Default::default()
         };
         debug!(request_id = %request.request_id, model = %request.target_model, %destination, "Scheduled");
-        otel::record_request(&self.trace, &request.incoming_model, &request.target_model, body.len(), Some(&request.request_id));
-        otel::record_pick(&self.trace, decision.result.primary().and_then(|p| p.targets.first()).map(|c| &**c.id()).ok_or(""));
+        otel::record_request(
+            &self.trace,
+            &request.incoming_model,
+            &request.target_model,
+            body.len(),
+            Some(&request.request_id),
+        );
+        otel::record_pick(
+            &self.trace,
+            decision.result.primary().and_then(|p| p.targets.first()).map(|c| &**c.id()).ok_or(""),
+        );
         self.shared.metrics.scheduled(&request.incoming_model, &request.target_model, body.len());
         self.response_streaming = request.body.as_ref().is_some_and(|b| b.stream);
         let metadata = resp::destination_metadata(&destination);

@@ -21,7 +21,12 @@ mod tests {
         let registry = prometheus::Registry::new();
         super::register(&registry).unwrap();
         let names: Vec<String> = registry.gather().iter().map(|f| f.name().to_string()).collect();
-        for name in ["process_cpu_seconds_total", "process_resident_memory_bytes", "process_open_fds", "process_start_time_seconds"] {
+        for name in [
+            "process_cpu_seconds_total",
+            "process_resident_memory_bytes",
+            "process_open_fds",
+            "process_start_time_seconds",
+        ] {
             assert!(names.iter().any(|n| n == name), "{name} missing from {names:?}");
         }
     }
