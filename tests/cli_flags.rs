@@ -80,13 +80,16 @@ fn camel_case_repeats_and_empty_arguments() {
 fn unimplemented_behaviour_is_warned_only_when_asked_for() {
     let s = parse(&["--tracing=false", "--metrics-endpoint-auth=false", "--enable-pprof=false"]).unwrap().serve;
     assert!(s.compat_warnings().is_empty());
+    assert!(!s.tracing);
+    assert!(parse(&[]).unwrap().serve.tracing, "--tracing defaults to true, as GIE");
     let s =
         parse(&["--tracing", "--ha-enable-leader-election", "--metrics-endpoint-auth=true", "--metrics-cert-dir=/c"])
             .unwrap()
             .serve;
     let warnings = s.compat_warnings();
-    assert_eq!(warnings.len(), 4, "{warnings:?}");
-    for flag in ["--tracing", "--ha-enable-leader-election", "--metrics-endpoint-auth", "--metrics-cert-dir"] {
+    assert!(s.tracing, "--tracing is implemented: no warning");
+    assert_eq!(warnings.len(), 3, "{warnings:?}");
+    for flag in ["--ha-enable-leader-election", "--metrics-endpoint-auth", "--metrics-cert-dir"] {
         assert_eq!(warnings.iter().filter(|w| w.starts_with(flag)).count(), 1, "{flag}: {warnings:?}");
     }
 }
