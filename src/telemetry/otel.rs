@@ -25,8 +25,9 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use crate::request::headers::RequestHeaders;
 
-/// `tracing` target of every span exported to OpenTelemetry.
-pub const TARGET: &str = "epp_otel";
+/// `tracing` target of every span exported to OpenTelemetry. Not under `epp`: the log filter
+/// (`epp=info`) matches targets by prefix and would otherwise record every span for logging.
+pub const TARGET: &str = "otel";
 
 /// GIE's default service name (`OTEL_SERVICE_NAME` unset).
 pub const DEFAULT_SERVICE_NAME: &str = "gateway-api-inference-extension/epp";
