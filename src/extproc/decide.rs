@@ -55,7 +55,7 @@ pub fn decide(
     body: &[u8],
     use_subset_hint: bool,
 ) -> Result<Outcome, ExtProcError> {
-    let prepared = prepare(&scheduler.parsers, headers, body)?;
+    let prepared = prepare(scheduler.parsers(), headers, body)?;
     schedule_prepared(scheduler, store, metadata, prepared, use_subset_hint)
 }
 
