@@ -91,6 +91,8 @@ pub struct Settings {
     pub metrics_auth: bool,
     /// TLS on the metrics port (`--metrics-cert-dir`, `--metrics-client-ca-file`).
     pub metrics_tls: Option<MetricsTls>,
+    /// `--metrics-naming`: which names of twin metric families `/metrics` exports.
+    pub metrics_naming: crate::telemetry::naming::MetricsNaming,
 }
 
 /// TLS settings of the metrics port.
@@ -160,6 +162,7 @@ impl Settings {
             replica_sync: None,
             metrics_auth: false,
             metrics_tls: None,
+            metrics_naming: Default::default(),
         }
     }
 }
@@ -262,6 +265,9 @@ impl App {
             flow_control: flow_control.clone(),
         });
         let scrape_metrics = ScrapeMetrics::register(&registry)?;
+        let pool_name = settings.kubernetes.as_ref().and_then(|k| k.pool.as_ref()).map_or("", |p| p.name.as_str());
+        let pool_gauges = crate::telemetry::pool_gauges::PoolGauges::register(&registry, pool_name)?;
+        crate::telemetry::process::register(&registry)?;
         let kube = match &settings.kubernetes {
             Some(k) => Some(crate::k8s::KubeHandle {
                 client: crate::k8s::client::connect(&k.cluster).await.context("Kubernetes client")?,
@@ -383,7 +389,10 @@ impl App {
             ),
             None => None,
         };
-        tasks.spawn(crate::telemetry::admin::serve(admin, registry.clone(), ready, guard, admin_tls, cancel.clone()));
+        let admin_options =
+            crate::telemetry::admin::AdminOptions { naming: settings.metrics_naming, guard, tls: admin_tls };
+        tasks.spawn(crate::telemetry::admin::serve(admin, registry.clone(), ready, admin_options, cancel.clone()));
+        tasks.spawn(pool_gauges.run(store.clone(), settings.refresh_prometheus_metrics_interval, cancel.clone()));
         if let Some(path) = settings.endpoints_file.clone() {
             tasks.spawn(watch_endpoints_file(
                 path,

@@ -185,6 +185,10 @@ pub struct ServeArgs {
     /// Accepted for compatibility (llm-d); epp does not emit per-endpoint scores yet.
     #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
     pub emit_endpoint_scores: bool,
+    /// Which names of dual-named metric families `/metrics` exports: `both` (GIE and llm-d, as
+    /// llm-d dual-emits), `gie` or `llm-d` (half the series).
+    #[arg(long, value_enum, default_value = "both")]
+    pub metrics_naming: crate::telemetry::naming::MetricsNaming,
     /// Refresh period of pool-level Prometheus gauges.
     #[arg(long, default_value = "5s", value_parser = parse_go_duration)]
     pub refresh_prometheus_metrics_interval: Duration,
@@ -231,9 +235,10 @@ pub struct ServeArgs {
     /// part is `standalone-<hash of the selector>`.
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
     pub ha_enable_leader_election: Option<bool>,
-    /// OpenTelemetry tracing (not implemented yet; warned when true).
-    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
-    pub tracing: Option<bool>,
+    /// OpenTelemetry traces, exported over OTLP/gRPC when `OTEL_EXPORTER_OTLP_ENDPOINT` (or
+    /// `OTEL_TRACES_EXPORTER=otlp`) is set; see docs/observability.md.
+    #[arg(long, default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
+    pub tracing: bool,
     /// Authenticated `/metrics` (default true, as GIE): a bearer token checked with a
     /// TokenReview and a SubjectAccessReview (`get` on `/metrics`). Without Kubernetes access
     /// /metrics is served open (warned). `/healthz` and `/readyz` stay open.
@@ -307,7 +312,6 @@ impl ServeArgs {
                 out.push(format!("{flag} is accepted but not implemented yet: {what}"));
             }
         };
-        lacking(self.tracing == Some(true), "--tracing", "no OpenTelemetry spans are exported");
         lacking(self.enable_pprof == Some(true), "--enable-pprof", "there is no /debug/pprof (Go profiler) endpoint");
         lacking(self.emit_endpoint_scores, "--emit-endpoint-scores", "endpoint scores are not emitted");
         out

@@ -80,13 +80,17 @@ fn camel_case_repeats_and_empty_arguments() {
 fn unimplemented_behaviour_is_warned_only_when_asked_for() {
     let s = parse(&["--tracing=false", "--metrics-endpoint-auth=false", "--enable-pprof=false"]).unwrap().serve;
     assert!(s.compat_warnings().is_empty());
+    assert!(!s.tracing);
+    assert!(parse(&[]).unwrap().serve.tracing, "--tracing defaults to true, as GIE");
     let s =
         parse(&["--tracing", "--ha-enable-leader-election", "--metrics-endpoint-auth=true", "--metrics-cert-dir=/c"])
             .unwrap()
             .serve;
     let warnings = s.compat_warnings();
-    assert_eq!(warnings.len(), 1, "{warnings:?}");
-    assert!(warnings[0].starts_with("--tracing"), "{warnings:?}");
+    assert!(s.tracing, "--tracing is implemented: no warning");
+    assert!(warnings.is_empty(), "election, metrics auth and TLS are implemented: {warnings:?}");
+    let pprof = parse(&["--enable-pprof"]).unwrap().serve.compat_warnings();
+    assert!(pprof.len() == 1 && pprof[0].starts_with("--enable-pprof"), "{pprof:?}");
 }
 
 #[test]

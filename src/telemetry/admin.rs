@@ -33,17 +33,27 @@ const TLS_HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_sec
 pub type MetricsGuard =
     Arc<dyn Fn(Option<String>) -> std::pin::Pin<Box<dyn Future<Output = StatusCode> + Send>> + Send + Sync>;
 
+/// What the admin server exposes beyond the registry, and how it guards it.
+#[derive(Clone, Default)]
+pub struct AdminOptions {
+    /// Which names of twin metric families `/metrics` exports.
+    pub naming: super::naming::MetricsNaming,
+    /// Authentication of `/metrics` (`None`: open).
+    pub guard: Option<MetricsGuard>,
+    /// TLS on every connection (`None`: plain HTTP).
+    pub tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
+}
+
 /// Serves the admin endpoints on the connections of `incoming` (the guarded accept loop:
 /// connection cap, handshake and idle timeouts) until `cancel`.
 pub async fn serve(
     mut incoming: crate::net::incoming::Incoming,
     registry: Registry,
     ready: ReadinessCheck,
-    guard: Option<MetricsGuard>,
-    tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
+    options: AdminOptions,
     cancel: CancellationToken,
 ) {
-    let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
+    let acceptor = options.tls.clone().map(tokio_rustls::TlsAcceptor::from);
     use tokio_stream::StreamExt;
     loop {
         let stream = tokio::select! {
@@ -58,24 +68,24 @@ pub async fn serve(
         let tracker = stream.info().tracker.clone();
         let registry = registry.clone();
         let ready = ready.clone();
-        let guard = guard.clone();
+        let options = options.clone();
         let cancel = cancel.clone();
         let acceptor = acceptor.clone();
         tokio::spawn(async move {
             let service = service_fn(move |req: Request<hyper::body::Incoming>| {
                 // HTTP/1.1 serves one request at a time; the response body is complete here.
                 let busy = tracker.stream_started();
-                let (registry, ready, guard) = (registry.clone(), ready.clone(), guard.clone());
+                let (registry, ready, options) = (registry.clone(), ready.clone(), options.clone());
                 async move {
                     let _busy = busy;
-                    if let (Some(guard), "/metrics") = (&guard, req.uri().path()) {
+                    if let (Some(guard), "/metrics") = (&options.guard, req.uri().path()) {
                         let status = guard(bearer_token(&req)).await;
                         if status != StatusCode::OK {
                             let reason = status.canonical_reason().unwrap_or("denied");
                             return Ok::<_, Infallible>(text(status, format!("{reason}\n")));
                         }
                     }
-                    Ok::<_, Infallible>(route(&req, &registry, &ready))
+                    Ok::<_, Infallible>(route(&req, &registry, &ready, &options.naming))
                 }
             });
             let result = match acceptor {
@@ -124,7 +134,12 @@ fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
     r
 }
 
-fn route<B>(req: &Request<B>, registry: &Registry, ready: &ReadinessCheck) -> Response<Full<Bytes>> {
+fn route<B>(
+    req: &Request<B>,
+    registry: &Registry,
+    ready: &ReadinessCheck,
+    naming: &super::naming::MetricsNaming,
+) -> Response<Full<Bytes>> {
     if req.method() != Method::GET {
         return text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n");
     }
@@ -132,7 +147,7 @@ fn route<B>(req: &Request<B>, registry: &Registry, ready: &ReadinessCheck) -> Re
         "/metrics" => {
             let mut buf = Vec::new();
             let encoder = TextEncoder::new();
-            if let Err(e) = encoder.encode(&registry.gather(), &mut buf) {
+            if let Err(e) = encoder.encode(&naming.filter(registry.gather()), &mut buf) {
                 return text(StatusCode::INTERNAL_SERVER_ERROR, format!("encode failed: {e}\n"));
             }
             let mut r = text(StatusCode::OK, buf);
