@@ -73,6 +73,7 @@ pub mod kvcache;
 pub mod latency;
 pub mod memory;
 pub mod net;
+pub mod objectives;
 pub mod plugins;
 pub mod proto;
 pub mod request;

@@ -233,14 +233,19 @@ impl StreamProcessor {
         let body = Bytes::from(std::mem::take(&mut self.body));
         let large = body.len() > OFFLOAD_BODY_BYTES;
         let prepared = if large {
-            let parsers = self.shared.scheduler.load().parsers.clone();
+            let scheduler = self.shared.scheduler.load_full();
             let (headers, raw) = (self.headers.clone(), body.clone());
-            match tokio::task::spawn_blocking(move || prepare(&parsers, &headers, &raw)).await {
+            match tokio::task::spawn_blocking(move || {
+                prepare(&scheduler.parsers, &scheduler.objectives, &headers, &raw)
+            })
+            .await
+            {
                 Ok(p) => p,
                 Err(e) => return self.fail(ExtProcError::Internal(format!("parsing task failed: {e}"))),
             }
         } else {
-            prepare(&self.shared.scheduler.load().parsers, &self.headers, &body)
+            let scheduler = self.shared.scheduler.load();
+            prepare(&scheduler.parsers, &scheduler.objectives, &self.headers, &body)
         };
         let mut prepared = match prepared {
             Ok(p) => p,

@@ -69,9 +69,9 @@ pub struct Scheduler {
     /// Apply the legacy rule (priority < 0 and saturation >= 1 -> 429); off when Flow
     /// Control admits requests instead.
     pub legacy_shedding: bool,
-    /// Objective name -> priority (what InferenceObjective objects say in Kubernetes); the
-    /// request's objective header selects one, negative = sheddable.
-    pub objectives: std::collections::HashMap<String, i32>,
+    /// Objective priorities (InferenceObjective objects, else `--objective`) and model
+    /// rewrites; the request's objective header selects a priority, negative = sheddable.
+    pub objectives: crate::objectives::ObjectiveStore,
     /// The request parsers the config selects (`parser` / `requestHandler.parsers`); the
     /// stream parses each body with the one its path resolves to.
     pub parsers: crate::request::parsers::ParserSet,
@@ -106,7 +106,7 @@ impl Scheduler {
             metrics,
             saturation: None,
             legacy_shedding: true,
-            objectives: std::collections::HashMap::new(),
+            objectives: crate::objectives::ObjectiveStore::default(),
             parsers: crate::request::parsers::ParserSet::default(),
             profile_names,
         }
@@ -114,7 +114,7 @@ impl Scheduler {
 
     /// The request's priority: its objective's (`objectives`), else `request.priority`.
     pub fn priority(&self, request: &InferenceRequest) -> i32 {
-        request.headers.objective().and_then(|o| self.objectives.get(o)).copied().unwrap_or(request.priority)
+        request.headers.objective().and_then(|o| self.objectives.priority(o)).unwrap_or(request.priority)
     }
 
     /// Runs the data producers for a request.
