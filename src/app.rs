@@ -86,6 +86,17 @@ pub struct Settings {
     /// `--metrics-endpoint-auth`: `/metrics` needs a bearer token the API server authenticates
     /// and authorises (only with Kubernetes access).
     pub metrics_auth: bool,
+    /// TLS on the metrics port (`--metrics-cert-dir`, `--metrics-client-ca-file`).
+    pub metrics_tls: Option<MetricsTls>,
+}
+
+/// TLS settings of the metrics port.
+#[derive(Clone, Debug, Default)]
+pub struct MetricsTls {
+    /// Directory with `tls.crt` / `tls.key`; `None` = self-signed.
+    pub cert_dir: Option<std::path::PathBuf>,
+    /// PEM bundle of CAs that client certificates must chain to; `None` = no client check.
+    pub client_ca: Option<std::path::PathBuf>,
 }
 
 /// Kubernetes settings of the app.
@@ -144,6 +155,7 @@ impl Settings {
             grpc_stream_metrics: false,
             limits: crate::net::limits::Limits::default(),
             metrics_auth: false,
+            metrics_tls: None,
         }
     }
 }
@@ -352,7 +364,14 @@ impl App {
             Ok(details)
         });
         let guard = metrics_guard(settings.metrics_auth, kube.as_ref());
-        tasks.spawn(crate::telemetry::admin::serve(admin, registry.clone(), ready, guard, cancel.clone()));
+        let admin_tls = match &settings.metrics_tls {
+            Some(t) => Some(
+                crate::tls::metrics_server_config(t.cert_dir.as_deref(), t.client_ca.as_deref())
+                    .context("metrics port TLS")?,
+            ),
+            None => None,
+        };
+        tasks.spawn(crate::telemetry::admin::serve(admin, registry.clone(), ready, guard, admin_tls, cancel.clone()));
         if let Some(path) = settings.endpoints_file.clone() {
             tasks.spawn(watch_endpoints_file(
                 path,

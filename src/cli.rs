@@ -371,10 +371,12 @@ pub struct ServeArgs {
     /// /metrics is served open (warned). `/healthz` and `/readyz` stay open.
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
     pub metrics_endpoint_auth: Option<bool>,
-    /// CA for metrics client certificates (not implemented yet; warned when given).
+    /// PEM CA bundle: the metrics port is TLS and every client must present a certificate
+    /// it signed.
     #[arg(long)]
     pub metrics_client_ca_file: Option<PathBuf>,
-    /// Serving certificate directory of `/metrics` (not implemented yet; warned when given).
+    /// Directory with `tls.crt`/`tls.key`: the metrics port is TLS with this certificate
+    /// (self-signed when only `--metrics-client-ca-file` is given).
     #[arg(long)]
     pub metrics_cert_dir: Option<PathBuf>,
     /// `/debug/pprof` on the metrics port (Go only; warned when true).
@@ -435,16 +437,6 @@ impl ServeArgs {
             }
         };
         lacking(self.tracing == Some(true), "--tracing", "no OpenTelemetry spans are exported");
-        lacking(
-            self.metrics_client_ca_file.as_ref().is_some_and(|p| !p.as_os_str().is_empty()),
-            "--metrics-client-ca-file",
-            "/metrics does not verify client certificates",
-        );
-        lacking(
-            self.metrics_cert_dir.as_ref().is_some_and(|p| !p.as_os_str().is_empty()),
-            "--metrics-cert-dir",
-            "/metrics is served over plain HTTP",
-        );
         lacking(self.enable_pprof == Some(true), "--enable-pprof", "there is no /debug/pprof (Go profiler) endpoint");
         lacking(self.emit_endpoint_scores, "--emit-endpoint-scores", "endpoint scores are not emitted");
         out
@@ -507,6 +499,17 @@ impl ServeArgs {
             holder,
             timing: Default::default(),
         }))
+    }
+
+    /// TLS of the metrics port: on when `--metrics-cert-dir` or `--metrics-client-ca-file`
+    /// is given (an empty value counts as absent).
+    pub fn metrics_tls(&self) -> Option<crate::app::MetricsTls> {
+        let given = |p: &Option<PathBuf>| p.clone().filter(|p| !p.as_os_str().is_empty());
+        let tls = crate::app::MetricsTls {
+            cert_dir: given(&self.metrics_cert_dir),
+            client_ca: given(&self.metrics_client_ca_file),
+        };
+        (tls.cert_dir.is_some() || tls.client_ca.is_some()).then_some(tls)
     }
 
     /// Listen address of a port.

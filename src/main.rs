@@ -102,6 +102,7 @@ async fn serve_until_drained(args: epp::cli::ServeArgs) -> anyhow::Result<()> {
         grpc_stream_metrics: args.enable_grpc_stream_metrics,
         limits: args.limits.limits(),
         metrics_auth: args.metrics_endpoint_auth.unwrap_or(true),
+        metrics_tls: args.metrics_tls(),
     };
     if settings.endpoints_file.is_none() && args.pool_name.is_none() && args.endpoint_selector.is_none() {
         tracing::warn!(

@@ -79,3 +79,68 @@ async fn metrics_are_open_without_kubernetes_access() {
     assert_eq!(get(epp.metrics_addr, "/metrics", None).await.0, 200);
     epp.shutdown().await;
 }
+
+/// `GET /metrics` over TLS trusting `ca_pem`, with an optional client certificate; the status
+/// code, or `None` when the handshake or request failed.
+async fn get_tls(addr: SocketAddr, ca_pem: &str, client: Option<(String, String)>) -> Option<u16> {
+    use std::sync::Arc;
+    use tokio_rustls::rustls::pki_types::pem::PemObject;
+    use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+    use tokio_rustls::rustls::{ClientConfig, RootCertStore, crypto};
+    let mut roots = RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let builder = ClientConfig::builder_with_provider(Arc::new(crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots);
+    let config = match client {
+        Some((cert, key)) => {
+            let chain = CertificateDer::pem_slice_iter(cert.as_bytes()).map(Result::unwrap).collect();
+            builder.with_client_auth_cert(chain, PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap()).unwrap()
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let mut tls = connector.connect(ServerName::try_from("127.0.0.1").unwrap(), tcp).await.ok()?;
+    tls.write_all(b"GET /metrics HTTP/1.1\r\nHost: epp\r\nConnection: close\r\n\r\n").await.ok()?;
+    let mut response = String::new();
+    tokio::time::timeout(common::WAIT, tls.read_to_string(&mut response)).await.ok()?.ok()?;
+    response.split(' ').nth(1).and_then(|c| c.parse().ok())
+}
+
+#[tokio::test]
+async fn metrics_port_serves_tls_and_checks_client_certificates() {
+    use epp::app::MetricsTls;
+    // The TLS mock's CA material: a CA, a server certificate for 127.0.0.1 and a client one.
+    let material = MockKube::start_tls(&[]).await.tls.clone().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dir.path().join("certs");
+    std::fs::create_dir(&certs).unwrap();
+    std::fs::write(certs.join("tls.crt"), &material.server_cert_pem).unwrap();
+    std::fs::write(certs.join("tls.key"), &material.server_key_pem).unwrap();
+    let ca_file = dir.path().join("client-ca.pem");
+    std::fs::write(&ca_file, &material.ca_pem).unwrap();
+
+    let mut settings = Settings::loopback();
+    settings.metrics_tls = Some(MetricsTls { cert_dir: Some(certs.clone()), client_ca: None });
+    let epp = App::start(settings).await.unwrap();
+    assert_eq!(get_tls(epp.metrics_addr, &material.ca_pem, None).await, Some(200), "TLS without client check");
+    // Plain HTTP on the TLS port gets no HTTP answer (the handshake fails, the connection closes).
+    let mut plain = tokio::net::TcpStream::connect(epp.metrics_addr).await.unwrap();
+    plain.write_all(b"GET /metrics HTTP/1.1\r\nHost: epp\r\n\r\n").await.unwrap();
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(common::WAIT, plain.read_to_end(&mut answer)).await.expect("closed in time");
+    assert!(!answer.starts_with(b"HTTP/"), "plain HTTP on the TLS port is not served");
+    epp.shutdown().await;
+
+    let mut settings = Settings::loopback();
+    settings.metrics_tls = Some(MetricsTls { cert_dir: Some(certs), client_ca: Some(ca_file) });
+    let epp = App::start(settings).await.unwrap();
+    let client = (material.client_cert_pem.clone(), material.client_key_pem.clone());
+    assert_eq!(get_tls(epp.metrics_addr, &material.ca_pem, Some(client)).await, Some(200));
+    assert_eq!(get_tls(epp.metrics_addr, &material.ca_pem, None).await, None, "no client certificate: refused");
+    epp.shutdown().await;
+}

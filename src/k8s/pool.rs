@@ -89,7 +89,11 @@ struct RawPort {
 }
 
 /// Reads the selector and ports of a pool object; an error says what is unusable.
-pub fn parse_pool(object: &serde_json::Value) -> Result<PoolSpec, String> {
+pub fn parse_pool(object: &serde_json::Value) -> Result<PoolSpec, K8sError> {
+    parse_pool_fields(object).map_err(|message| K8sError::Decode { what: "InferencePool", message })
+}
+
+fn parse_pool_fields(object: &serde_json::Value) -> Result<PoolSpec, String> {
     let raw = RawPool::deserialize(object).map_err(|e| format!("pool spec: {e}"))?;
     let selector = match raw.spec.selector {
         None => BTreeMap::new(),
@@ -167,10 +171,11 @@ mod tests {
     #[test]
     fn group_selects_the_version() {
         let mut r = PoolRef { name: "p".into(), namespace: "ns".into(), group: GROUP_V1.into() };
-        assert_eq!(r.collection_path().unwrap(), "/apis/inference.networking.k8s.io/v1/namespaces/ns/inferencepools");
+        let api = r.api_resource().unwrap();
+        assert_eq!((api.api_version.as_str(), api.kind.as_str()), ("inference.networking.k8s.io/v1", "InferencePool"));
         r.group = GROUP_V1ALPHA2.into();
-        assert_eq!(r.version(), Ok("v1alpha2"));
+        assert_eq!(r.version().unwrap(), "v1alpha2");
         r.group = "example.com".into();
-        assert!(r.version().is_err());
+        assert!(matches!(r.version(), Err(K8sError::UnsupportedPoolGroup(_))));
     }
 }

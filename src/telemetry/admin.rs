@@ -2,7 +2,8 @@
 //! registry), `GET /healthz` (alive) and `GET /readyz` (ready to route). Plain HTTP/1.1.
 //! An optional [`MetricsGuard`] decides on every `/metrics` request from its bearer token
 //! (`--metrics-endpoint-auth`: Kubernetes token and access reviews); `/healthz` and
-//! `/readyz` stay open.
+//! `/readyz` stay open. With a rustls config (`--metrics-cert-dir`,
+//! `--metrics-client-ca-file`) every connection is TLS (handshake bounded in time).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -23,6 +24,9 @@ use tracing::debug;
 /// operator may alert on (e.g. KV-event hash drift).
 pub type ReadinessCheck = Arc<dyn Fn() -> Result<Vec<String>, String> + Send + Sync>;
 
+/// Deadline of a TLS handshake on the metrics port.
+const TLS_HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Decides whether a `/metrics` request with this bearer token (`None`: no
 /// `Authorization: Bearer` header) is served: `200 OK` to serve, else the status to answer
 /// (401, 403, 500).
@@ -36,8 +40,10 @@ pub async fn serve(
     registry: Registry,
     ready: ReadinessCheck,
     guard: Option<MetricsGuard>,
+    tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
     cancel: CancellationToken,
 ) {
+    let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
     use tokio_stream::StreamExt;
     loop {
         let stream = tokio::select! {
@@ -54,6 +60,7 @@ pub async fn serve(
         let ready = ready.clone();
         let guard = guard.clone();
         let cancel = cancel.clone();
+        let acceptor = acceptor.clone();
         tokio::spawn(async move {
             let service = service_fn(move |req: Request<hyper::body::Incoming>| {
                 // HTTP/1.1 serves one request at a time; the response body is complete here.
@@ -71,10 +78,33 @@ pub async fn serve(
                     Ok::<_, Infallible>(route(&req, &registry, &ready))
                 }
             });
-            let conn = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
-            tokio::select! {
-                _ = cancel.cancelled() => {}
-                result = conn => if let Err(error) = result { debug!(%error, ?peer, "admin connection ended"); },
+            let result = match acceptor {
+                Some(acceptor) => {
+                    let handshake = tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream));
+                    let tls = tokio::select! {
+                        _ = cancel.cancelled() => return,
+                        done = handshake => match done {
+                            Ok(Ok(tls)) => tls,
+                            Ok(Err(error)) => return debug!(%error, ?peer, "admin TLS handshake failed"),
+                            Err(_) => return debug!(?peer, "admin TLS handshake timed out"),
+                        },
+                    };
+                    let conn = http1::Builder::new().serve_connection(TokioIo::new(tls), service);
+                    tokio::select! {
+                        _ = cancel.cancelled() => return,
+                        result = conn => result,
+                    }
+                }
+                None => {
+                    let conn = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+                    tokio::select! {
+                        _ = cancel.cancelled() => return,
+                        result = conn => result,
+                    }
+                }
+            };
+            if let Err(error) = result {
+                debug!(%error, ?peer, "admin connection ended");
             }
         });
     }

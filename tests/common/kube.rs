@@ -71,6 +71,9 @@ pub struct MockKube {
 pub struct MockTls {
     /// CA of the server and client certificates.
     pub ca_pem: String,
+    /// The server certificate (for 127.0.0.1 and localhost) and its key.
+    pub server_cert_pem: String,
+    pub server_key_pem: String,
     /// A client certificate signed by the CA, and its key.
     pub client_cert_pem: String,
     pub client_key_pem: String,
@@ -457,6 +460,8 @@ fn tls_material(tokens: Vec<String>) -> (MockTls, tokio_rustls::TlsAcceptor) {
         .unwrap();
     let tls = MockTls {
         ca_pem: ca.pem(),
+        server_cert_pem: server_cert.pem(),
+        server_key_pem: server_key.serialize_pem(),
         client_cert_pem: client_cert.pem(),
         client_key_pem: client_key.serialize_pem(),
         tokens,
