@@ -12,7 +12,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use arc_swap::ArcSwap;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -28,10 +27,12 @@ use crate::extproc::service::{ExtProcOptions, ExtProcService, Shared};
 use crate::extproc::streams::StreamTracker;
 use crate::flowcontrol::FlowController;
 use crate::flowcontrol::metrics::FlowControlMetrics;
+use crate::framework::build::{BuildContext, PluginMetrics};
+use crate::framework::plugin::{BackgroundService, ServiceContext};
 use crate::health::HealthState;
-use crate::plugins::registry::{BuildContext, PluginMetrics, builtin};
-use crate::plugins::{BackgroundService, ServiceContext};
+use crate::plugins::registry::builtin;
 use crate::proto::ext_proc::external_processor_server::ExternalProcessorServer;
+use crate::scheduling::handle::SchedulerHandle;
 use crate::scheduling::metrics::SchedulerMetrics;
 use crate::scrape_flags::ScrapeFlags;
 use crate::telemetry::metrics::RequestMetrics;
@@ -179,6 +180,8 @@ pub struct App {
     pub health: HealthState,
     /// Open ext_proc streams.
     pub streams: Arc<StreamTracker>,
+    /// State every ext_proc stream shares (the scheduler's swap point among it).
+    shared: Arc<Shared>,
     /// Stops accepting ext_proc connections (graceful: open streams finish).
     serving: CancellationToken,
     ext_proc: Option<tokio::task::JoinHandle<()>>,
@@ -226,7 +229,7 @@ impl App {
             info!(default = %note, "Config default injected");
         }
         let objectives = crate::objectives::ObjectiveStore::with_metrics(settings.objectives.clone(), &registry)?;
-        loaded.scheduler.objectives = objectives.clone();
+        loaded.scheduler = loaded.scheduler.with_objectives(objectives.clone());
         let file_watch = file_discovery(&settings, &loaded, &store)?;
         let mut warnings = Vec::new();
         let scrape = scrape_config(&settings, &loaded, &mut warnings)?;
@@ -237,13 +240,13 @@ impl App {
                 info!(ceiling = fc.ceiling, "Flow Control enabled");
                 let pool = settings.kubernetes.as_ref().and_then(|k| k.pool.as_ref()).map_or("", |p| p.name.as_str());
                 let metrics = FlowControlMetrics::register(&registry, pool)?;
-                let detector = loaded.scheduler.saturation.clone();
+                let detector = loaded.scheduler.saturation().cloned();
                 Some(Arc::new(FlowController::new(fc, store.clone(), detector, metrics)))
             }
             None => None,
         };
         let shared = Arc::new(Shared {
-            scheduler: ArcSwap::from_pointee(loaded.scheduler),
+            scheduler: SchedulerHandle::new(loaded.scheduler),
             store: store.clone(),
             metrics: Arc::new(RequestMetrics::register(&registry)?),
             options: settings.extproc.clone(),
@@ -437,6 +440,7 @@ impl App {
             flow_control,
             health: health_state,
             streams,
+            shared,
             serving,
             ext_proc: Some(ext_proc_task),
             drain_metrics,
@@ -445,6 +449,12 @@ impl App {
             tasks,
             services,
         })
+    }
+
+    /// The scheduler's swap point (config hot reload): `replace` serves streams that start
+    /// afterwards; streams in flight finish on the scheduler they started with.
+    pub fn scheduler(&self) -> &SchedulerHandle {
+        &self.shared.scheduler
     }
 
     /// Barrier: resolves once every plugin background service (e.g. KV-event subscribers) has

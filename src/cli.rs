@@ -1,6 +1,6 @@
 //! Command-line flags, compatible with the Go EPPs' names and defaults (`--grpc-port 9002`,
 //! `--grpc-health-port 9003`, `--metrics-port 9090`, `--secure-serving=true`, ...), and the
-//! subcommands (`validate`, `bench`, `sim`, `demo`).
+//! subcommands (`validate`; `sim`, `demo` and `bench` live in the `epp-tools` binary).
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -67,145 +67,13 @@ pub enum Command {
         #[arg(long, value_enum, default_value = "human")]
         output: crate::validate::OutputFormat,
     },
-    /// Benchmarks.
-    Bench {
-        /// What to benchmark.
-        #[command(subcommand)]
-        what: BenchCommand,
-    },
-    /// Fleet simulator: compares routing policies on simulated vLLM pods (deterministic,
-    /// simulated time, epp's real scheduler in process).
-    Sim(SimArgs),
-    /// A small simulator preset with live progress and per-endpoint tables.
-    Demo {
-        /// RNG seed.
-        #[arg(long, default_value_t = 7)]
-        seed: u64,
-    },
-}
-
-/// Flags of `epp sim` (defaults: a CI-sized llm-d shared-prefix run).
-#[derive(Clone, Debug, clap::Args)]
-pub struct SimArgs {
-    /// Workload family.
-    #[arg(long, value_enum, default_value = "shared-prefix")]
-    pub workload: crate::sim::WorkloadKind,
-    /// Pods.
-    #[arg(long, default_value_t = 8)]
-    pub pods: usize,
-    /// Prefix groups (system prompts).
-    #[arg(long, default_value_t = 32)]
-    pub groups: usize,
-    /// Users per group (multi-turn: users in total).
-    #[arg(long, default_value_t = 5)]
-    pub users: usize,
-    /// System prompt tokens.
-    #[arg(long, default_value_t = 2000)]
-    pub system_tokens: usize,
-    /// Question tokens.
-    #[arg(long, default_value_t = 400)]
-    pub question_tokens: usize,
-    /// Output tokens per request.
-    #[arg(long, default_value_t = 200)]
-    pub output_tokens: usize,
-    /// Turns per conversation (multi-turn).
-    #[arg(long, default_value_t = 5)]
-    pub turns: usize,
-    /// Arrival rate (requests per simulated second).
-    #[arg(long, default_value_t = 20.0)]
-    pub qps: f64,
-    /// Rate at the end of the run (linear rise from --qps); fixed rate when absent.
-    #[arg(long)]
-    pub qps_end: Option<f64>,
-    /// Requests.
-    #[arg(long, default_value_t = 800)]
-    pub requests: usize,
-    /// RNG seed.
-    #[arg(long, default_value_t = 42)]
-    pub seed: u64,
-    /// Policies to compare (comma-separated); `all` when absent.
-    #[arg(long, value_enum, value_delimiter = ',')]
-    pub policy: Vec<crate::sim::Policy>,
-    /// Tokens per KV block.
-    #[arg(long, default_value_t = 16)]
-    pub block_size: usize,
-    /// KV blocks per pod; default: the workload's prefixes fill --kv-fill of the fleet.
-    #[arg(long)]
-    pub kv_blocks: Option<usize>,
-    /// Fraction of fleet KV the distinct prefixes occupy when --kv-blocks is absent.
-    #[arg(long, default_value_t = 0.73)]
-    pub kv_fill: f64,
-    /// Largest running batch per pod.
-    #[arg(long, default_value_t = 256)]
-    pub max_num_seqs: usize,
-    /// Token budget per engine step.
-    #[arg(long, default_value_t = 8192)]
-    pub max_batched_tokens: usize,
-    /// Multiplier on step times (2 = a GPU half as fast).
-    #[arg(long, default_value_t = 1.0)]
-    pub step_scale: f64,
-    /// Extra multiplier on prefill time only (20 = Qwen3-32B TP2's cold 10k-token prefill).
-    #[arg(long, default_value_t = 1.0)]
-    pub prefill_scale: f64,
-    /// KV-event delivery delay, milliseconds.
-    #[arg(long, visible_alias = "kv-delay", alias = "event-delay-ms", default_value_t = 10.0)]
-    pub kv_delay_ms: f64,
-    /// Extra per-batch KV-event delay, uniform in [0, this), milliseconds (order kept).
-    #[arg(long, visible_alias = "kv-jitter", default_value_t = 0.0)]
-    pub kv_jitter_ms: f64,
-    /// Probability that a KV-event batch is lost (the gap purges the pod from the index).
-    #[arg(long, default_value_t = 0.0)]
-    pub kv_loss: f64,
-    /// Instead of the policy table, rerun precise over a ladder of KV-event delays and losses.
-    #[arg(long)]
-    pub kv_sweep: bool,
-    /// Wire mode: route through a real epp on loopback (ext_proc, ZeroMQ, HTTP scrapes),
-    /// paced by the wall clock; keep the fleet and run small.
-    #[arg(long)]
-    pub wire: bool,
-    /// Wire mode: simulated seconds per wall second.
-    #[arg(long, default_value_t = 1.0)]
-    pub wire_speed: f64,
-    /// A named workload and fleet; replaces the workload, pod, rate and KV-size flags.
-    #[arg(long, value_enum)]
-    pub preset: Option<crate::sim::Preset>,
-    /// Load-metrics refresh period, milliseconds.
-    #[arg(long, default_value_t = 50.0)]
-    pub scrape_interval_ms: f64,
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    pub json: bool,
-}
-
-/// Benchmark subcommands.
-#[derive(Debug, Subcommand)]
-pub enum BenchCommand {
-    /// In-process scheduling decisions over synthetic endpoints.
-    Decision {
-        /// Body size in bytes.
-        #[arg(long, default_value_t = 10_000)]
-        body_bytes: usize,
-        /// Endpoints.
-        #[arg(long, default_value_t = 8)]
-        endpoints: usize,
-        /// Decisions to time.
-        #[arg(long, default_value_t = 20_000)]
-        iterations: usize,
-    },
-    /// Open-loop ext_proc load generator: fixed-rate requests, each its own ext_proc stream,
-    /// against an in-process epp with simulated pods (default) or `--target`.
-    Extproc(crate::bench::extproc::args::ExtprocArgs),
-    /// Replays a KV-event workload written by `workload.py` into the prefix index, checking
-    /// every query answer (exit code 1 on a mismatch).
-    Index {
-        /// Directory with the workload files.
-        #[arg(long)]
-        workload: PathBuf,
-        /// Index keys: `request` (epp's default: request keys computed from token ids, with
-        /// per-source engine maps; each block's 16 tokens are derived from its hash) or
-        /// `engine` (the hashes themselves).
-        #[arg(long, value_enum, default_value_t = crate::kvcache::ReplayKeys::Request)]
-        key_mode: crate::kvcache::ReplayKeys,
+    /// `sim`, `demo` and `bench` moved to the `epp-tools` binary (crates/epp-tools); hidden,
+    /// kept so that invoking one prints where it went and exits 2.
+    #[command(name = "sim", aliases = ["demo", "bench"], hide = true, disable_help_flag = true)]
+    MovedToTools {
+        /// Ignored.
+        #[arg(num_args = 0.., allow_hyphen_values = true, trailing_var_arg = true)]
+        args: Vec<String>,
     },
 }
 

@@ -35,8 +35,22 @@
 //! - `scrape_flags`: the Go EPPs' scrape flags merged with the data-layer plugins' parameters.
 //! - `tls`, `http_client`: TLS of the ext_proc port (rustls, cert reload); outbound HTTP(S).
 //! - `validate`: `epp validate` checks of configs and KServe manifests.
-//! - `sim`: the fleet simulator (`epp sim`, `epp demo`): simulated vLLM pods driven by the
-//!   real scheduler in process.
+//!
+//! API for tools: `crates/epp-tools` (the simulator and the benchmarks, binary `epp-tools`)
+//! builds on the items below, and only on them; changing one means changing the tools too.
+//! - Building a scheduler: `app::load_config` with a `framework::build::BuildContext` over an
+//!   `endpoints::store::EndpointStore`, giving a `config::LoadedConfig`;
+//!   `scheduling::metrics::SchedulerMetrics::detached`; `extproc::decide::decide` (one
+//!   decision, as the stream makes it); `framework::ScheduleError`.
+//! - Requests: `request::InferenceRequest`, `request::openai` (parsed bodies),
+//!   `request::headers::{RequestHeaders, DESTINATION_ENDPOINT}`.
+//! - Endpoints: `endpoints::model::{Endpoint, MetricsState}`, `endpoints::vllm_metrics::
+//!   {PodMetrics, vllm_exposition}` (what a simulated pod's `/metrics` serves).
+//! - KV events and the index: `kvcache::events`, `kvcache::index`, `kvcache::keys`,
+//!   `kvcache::sequence`, `kvcache::{encode_batch, decode_batch}`.
+//! - A real server on loopback: `app::{App, Settings}`, the ext_proc client in `proto`.
+//! - Determinism: `plugins::picker::seed_thread_rng` (picker tie-breaks of the simulator).
+//! - Logging: `telemetry::tracing::{init_with, level_for_flags}`.
 //!
 //! Data flow:
 //! ```text
@@ -57,7 +71,6 @@
 //! ```
 
 pub mod app;
-pub mod bench;
 pub mod cel;
 pub mod cli;
 pub mod config;
@@ -80,7 +93,6 @@ pub mod request;
 pub mod scheduling;
 pub mod scrape_flags;
 pub mod shutdown;
-pub mod sim;
 pub mod suggest;
 pub mod telemetry;
 pub mod tls;

@@ -21,10 +21,13 @@ fn main() -> anyhow::Result<()> {
     });
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     match cli.command {
-        Some(Command::Bench { what }) => epp::bench::run(what),
         Some(Command::Validate { files, output }) => validate(&files, output),
-        Some(Command::Sim(args)) => epp::sim::command::sim(&args),
-        Some(Command::Demo { seed }) => epp::sim::command::demo(seed),
+        Some(Command::MovedToTools { .. }) => {
+            eprintln!(
+                "epp: `sim`, `demo` and `bench` moved to the epp-tools binary: run `epp-tools <subcommand> ...` (from a checkout: `cargo run --release -p epp-tools -- <subcommand> ...`)"
+            );
+            std::process::exit(2);
+        }
         None => {
             let served = runtime.block_on(serve_until_drained(cli.serve));
             // Blocking work still running (a tokenizer download, say) must not hold the exit.
@@ -74,6 +77,7 @@ async fn serve_until_drained(args: epp::cli::ServeArgs) -> anyhow::Result<()> {
             default_buffered: args.default_request_body_mode == BodyModeArg::Buffered,
             disable_subset_filter: args.disable_endpoint_subset_filter,
             max_body_bytes: args.grpc_max_recv_msg_size,
+            idle_stream_timeout: args.limits.idle_stream_timeout(),
         },
         health_checking: args.health_checking,
         grpc_max_recv_bytes: args.grpc_max_recv_msg_size.saturating_add(1 << 20),

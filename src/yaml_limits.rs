@@ -24,10 +24,31 @@ pub const CONFIG: YamlLimits = YamlLimits { max_bytes: 4 << 20, max_depth: 64 };
 /// Endpoints files (`--endpoints-file`, `file-discovery`): room for ~100,000 endpoints.
 pub const ENDPOINTS: YamlLimits = YamlLimits { max_bytes: 32 << 20, max_depth: 64 };
 
+/// Why a document was refused before parsing.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum YamlLimitError {
+    /// Larger than `max_bytes`.
+    #[error("document is {size} bytes; at most {max} are accepted")]
+    TooLarge {
+        /// The document's size.
+        size: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// Nested deeper than `max_depth`.
+    #[error("nesting deeper than {max} levels at line {line}")]
+    TooDeep {
+        /// The limit.
+        max: usize,
+        /// First line (1-based) past it.
+        line: usize,
+    },
+}
+
 /// Checks `text` against `limits`; the error says which limit and where.
-pub fn check(text: &str, limits: YamlLimits) -> Result<(), String> {
+pub fn check(text: &str, limits: YamlLimits) -> Result<(), YamlLimitError> {
     if text.len() > limits.max_bytes {
-        return Err(format!("document is {} bytes; at most {} are accepted", text.len(), limits.max_bytes));
+        return Err(YamlLimitError::TooLarge { size: text.len(), max: limits.max_bytes });
     }
     let mut indents: Vec<usize> = Vec::new();
     let mut flow = 0usize;
@@ -55,7 +76,7 @@ pub fn check(text: &str, limits: YamlLimits) -> Result<(), String> {
         flow = scan.depth;
         let depth = indents.len() + dashes + scan.max_depth;
         if depth > limits.max_depth {
-            return Err(format!("nesting deeper than {} levels at line {}", limits.max_depth, n + 1));
+            return Err(YamlLimitError::TooDeep { max: limits.max_depth, line: n + 1 });
         }
         if flow == 0 && scan.opens_block_scalar {
             block_scalar_parent = Some(indent);
@@ -139,7 +160,7 @@ mod tests {
     #[test]
     fn deep_flow_block_and_dash_nesting_are_refused() {
         let flow = "[".repeat(40_000) + &"]".repeat(40_000);
-        assert!(check(&flow, L).unwrap_err().contains("nesting deeper than 64"));
+        assert!(check(&flow, L).unwrap_err().to_string().contains("nesting deeper than 64"));
         let mut block = String::new();
         for i in 0..100 {
             block.push_str(&" ".repeat(i));
@@ -155,7 +176,7 @@ mod tests {
     #[test]
     fn size_is_limited() {
         let small = YamlLimits { max_bytes: 10, max_depth: 64 };
-        assert!(check("endpoints: []", small).unwrap_err().contains("13 bytes"));
+        assert_eq!(check("endpoints: []", small), Err(YamlLimitError::TooLarge { size: 13, max: small.max_bytes }));
     }
 
     #[test]

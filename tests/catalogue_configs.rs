@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use epp::plugins::registry::BuildContext;
+use epp::framework::build::BuildContext;
 use epp::scheduling::metrics::SchedulerMetrics;
 
 fn load(text: &str) -> Result<epp::config::LoadedConfig, epp::config::ConfigErrors> {
@@ -32,13 +32,13 @@ fn production_pd_config_wires_producers_and_handler() {
     )
     .unwrap();
     let loaded = load(&text).unwrap();
-    let producers: Vec<String> = loaded.scheduler.producers.iter().map(|p| p.name.to_string()).collect();
+    let producers: Vec<String> = loaded.scheduler.producers().iter().map(|p| p.name.to_string()).collect();
     let pos =
         |n: &str| producers.iter().position(|p| p == n).unwrap_or_else(|| panic!("{n} missing from {producers:?}"));
     assert!(pos("token-producer") < pos("approx-prefix-cache-producer"));
     assert!(pos("approx-prefix-cache-producer") < pos("inflight-load-producer"));
-    assert_eq!(&*loaded.scheduler.handler.name, "disagg-profile-handler");
-    let hooks: Vec<String> = loaded.scheduler.pre_request.iter().map(|h| h.name.to_string()).collect();
+    assert_eq!(&*loaded.scheduler.handler().name, "disagg-profile-handler");
+    let hooks: Vec<String> = loaded.scheduler.pre_request().iter().map(|h| h.name.to_string()).collect();
     assert!(
         hooks.contains(&"disagg-headers-handler".to_string()) && hooks.contains(&"disagg-profile-handler".to_string()),
         "{hooks:?}"

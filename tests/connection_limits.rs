@@ -1,7 +1,8 @@
 //! Connection hygiene on the listeners: silent TCP connections and HTTP/2-preface-only
 //! connections are closed after the handshake timeout, idle connections after the idle
 //! timeout (busy ones are not), connections beyond the cap are closed on accept and counted,
-//! and routing and `/healthz` keep working throughout.
+//! ext_proc streams idle for `--idle-stream-timeout` end with DEADLINE_EXCEEDED (streams that
+//! keep sending do not), and routing and `/healthz` keep working throughout.
 
 mod common;
 
@@ -130,4 +131,64 @@ async fn idle_connections_are_closed_busy_ones_are_not() {
     // The client reconnects on its next request.
     let mut client = epp.client().await;
     assert_eq!(route(&mut client).await, pod.addr.to_string());
+}
+
+/// Waits for the end of a stream's replies; the status it ended with (`None`: ended OK).
+async fn stream_end(ex: &mut Exchange) -> Option<tonic::Status> {
+    use tokio_stream::StreamExt;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        match tokio::time::timeout_at(deadline, ex.rx.next()).await {
+            Err(_) => panic!("the stream did not end within {WAIT:?}"),
+            Ok(None) => return None,
+            Ok(Some(Err(status))) => return Some(status),
+            Ok(Some(Ok(_))) => continue,
+        }
+    }
+}
+
+#[tokio::test]
+async fn idle_streams_end_with_deadline_exceeded_streams_that_send_do_not() {
+    let pod = FakeVllm::start([127, 0, 11, 4], 0, 0, 0.0).await;
+    let idle = Duration::from_millis(600);
+    let epp = TestEpp::start(&endpoints_yaml(&[("a", pod.addr, &[])]), None, |s| {
+        s.extproc.idle_stream_timeout = Some(idle);
+    })
+    .await;
+    let mut client = epp.client().await;
+    let headers = || request_headers("/v1/chat/completions", &[], false, Some((FULL_DUPLEX, FULL_DUPLEX)));
+
+    // Request phase: headers, then nothing.
+    let opened = tokio::time::Instant::now();
+    let mut stalled = Exchange::open(&mut client).await;
+    stalled.send(headers()).await;
+    // Response phase: routed, then the client never sends the response headers.
+    let mut routed = Exchange::open(&mut client).await;
+    routed.send(headers()).await;
+    routed.send(request_body(&chat("m", "hi", false), true)).await;
+    assert_eq!(set_header(&routed.next().await, "x-gateway-destination-endpoint"), Some(pod.addr.to_string()));
+    // A stream whose client keeps talking (a body trickling in) lives well past the timeout.
+    let mut busy = Exchange::open(&mut client).await;
+    busy.send(headers()).await;
+    let mut ticks = tokio::time::interval(idle / 4);
+    for _ in 0..12 {
+        ticks.tick().await;
+        busy.send(request_body(b"", false)).await;
+    }
+    assert!(opened.elapsed() > idle * 2, "the busy stream outlived two timeouts");
+
+    for (name, ex) in [("request phase", &mut stalled), ("response phase", &mut routed)] {
+        let status = stream_end(ex).await.unwrap_or_else(|| panic!("{name}: ended OK instead of timing out"));
+        assert_eq!(status.code(), tonic::Code::DeadlineExceeded, "{name}: {status:?}");
+    }
+    assert!(opened.elapsed() >= idle, "ended before the timeout");
+    assert_eq!(epp.app.streams.idle_timeouts(), 2);
+    let counted = metric(&epp, "epp_extproc_streams_closed_total{reason=\"idle_timeout\"}").await;
+    assert_eq!(counted, 2.0);
+
+    // The busy stream was not cut: it finishes its request normally.
+    busy.send(request_body(&chat("m", "hi", false), true)).await;
+    assert_eq!(set_header(&busy.next().await, "x-gateway-destination-endpoint"), Some(pod.addr.to_string()));
+    assert_eq!(epp.app.streams.idle_timeouts(), 2);
+    assert_eq!(route(&mut client).await, pod.addr.to_string(), "the connection still routes");
 }

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use epp::plugins::registry::BuildContext;
+use epp::framework::build::BuildContext;
 use epp::scheduling::metrics::SchedulerMetrics;
 
 fn deploy(rel: &str) -> std::path::PathBuf {

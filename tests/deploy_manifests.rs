@@ -141,7 +141,7 @@ fn deployment_args_parse_and_point_at_the_pool_and_the_config_map() {
     let text = config_map["data"][key].as_str().unwrap_or_else(|| panic!("ConfigMap has no key {key}"));
     let loaded = epp::app::load_config(
         Some(text),
-        &epp::plugins::registry::BuildContext::default(),
+        &epp::framework::build::BuildContext::default(),
         epp::scheduling::metrics::SchedulerMetrics::detached(),
     );
     assert!(loaded.is_ok(), "{}", loaded.err().map(|e| e.to_string()).unwrap_or_default());

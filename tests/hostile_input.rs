@@ -110,7 +110,7 @@ async fn zero_byte_endpoints_file_keeps_the_list_and_an_empty_list_empties_it() 
 async fn deeply_nested_config_is_refused_quickly_with_a_clear_error() {
     let deep = "apiVersion: v1\nkind: EndpointPickerConfig\nplugins: ".to_string() + &"[".repeat(100_000);
     let start = std::time::Instant::now();
-    let cx = epp::plugins::registry::BuildContext::default();
+    let cx = epp::framework::build::BuildContext::default();
     let err = epp::app::load_config(Some(&deep), &cx, epp::scheduling::metrics::SchedulerMetrics::detached())
         .expect_err("refused");
     assert!(err.to_string().contains("nesting deeper than 64"), "{err}");

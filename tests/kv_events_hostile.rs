@@ -287,3 +287,82 @@ async fn pod_discovery_hostile_publisher_is_dropped_then_reconnected() {
     s.handle.shutdown().await;
     assert_eq!(m.active_subscribers.get(), 0);
 }
+
+/// Reads the first bytes epp sends on a raw connection: the server's greeting when the
+/// connection was admitted, end of stream (or a reset) when it was closed on accept.
+async fn admitted(s: &mut TcpStream) -> bool {
+    let mut buf = [0u8; 64];
+    match timeout(WAIT, s.read(&mut buf)).await {
+        Err(_) => panic!("epp neither greeted nor closed the connection"),
+        Ok(Ok(n)) => n > 0,
+        Ok(Err(_)) => false,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn central_connections_over_the_cap_are_closed_and_counted() {
+    const CAP: usize = 4;
+    const EXTRA: usize = 6;
+    let limits = WireLimits { max_connections: CAP, ..WireLimits::default() };
+    let s = start(SubscriberConfig { limits, ..central_config() }, source(None)).await;
+    let (h, m) = (&s.handle, &s.metrics);
+    let limit_rejections = || m.connections_rejected.with_label_values(&["limit"]).get();
+    let addr = h.central_endpoint().expect("bound").trim_start_matches("tcp://").to_owned();
+    // The honest publisher holds one slot; raw peers fill the rest, then overflow.
+    let mut honest = honest_publisher(h).await;
+    let mut held = Vec::new();
+    for i in 0..CAP - 1 + EXTRA {
+        let mut peer = TcpStream::connect(&addr).await.expect("connect");
+        let expected = i < CAP - 1;
+        assert_eq!(admitted(&mut peer).await, expected, "connection {i} of cap {CAP}");
+        if expected {
+            peer.write_all(&handshake()).await.expect("handshake");
+            held.push(peer);
+        }
+    }
+    assert_eq!(limit_rejections(), EXTRA as u64);
+    // The publisher that was there first is undisturbed.
+    publish(&mut honest, TOPIC, 0, payload(0)).await;
+    wait_for(h, "honest batch at the cap", || s.index.entries() > 0).await;
+    assert_eq!(blocks(&s.index), 3);
+
+    // A slot frees when its peer leaves: a new connection is admitted again.
+    drop(held.pop());
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let mut peer = TcpStream::connect(&addr).await.expect("connect");
+        if admitted(&mut peer).await {
+            held.push(peer);
+            break;
+        }
+        assert!(Instant::now() < deadline, "the slot of a closed connection was never released");
+        tokio::task::yield_now().await;
+    }
+    assert!(limit_rejections() >= EXTRA as u64);
+    assert_eq!(m.active_subscribers.get(), 1);
+    s.handle.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handshake_timeout_from_the_config_closes_a_silent_peer() {
+    use epp::plugins::producer::precise_prefix::params::Params;
+    let yaml = "kvEventsConfig: {zmqEndpoint: 'tcp://127.0.0.1:0', discoverPods: false, handshakeTimeout: 300ms}";
+    let params: Params = serde_yaml::from_str(yaml).expect("parses");
+    let cfg = params.derive().expect("derives").subscriber;
+    assert_eq!(cfg.limits.handshake_timeout, Duration::from_millis(300));
+    let s = start(SubscriberConfig { concurrency: 1, ..cfg }, source(None)).await;
+    let (h, m) = (&s.handle, &s.metrics);
+    let addr = h.central_endpoint().expect("bound").trim_start_matches("tcp://").to_owned();
+    // Connects and never sends a byte.
+    let opened = Instant::now();
+    let mut silent = TcpStream::connect(addr).await.expect("connect");
+    wait_closed(&mut silent).await;
+    let held = opened.elapsed();
+    // Closed by the configured 300 ms, not the 10 s default (nor at once).
+    assert!(held >= Duration::from_millis(300) && held < Duration::from_secs(5), "held {held:?}");
+    eventually("handshake failure counted", || m.zmq_errors.with_label_values(&["handshake"]).get() == 1).await;
+    let mut honest = honest_publisher(h).await;
+    publish(&mut honest, TOPIC, 0, payload(0)).await;
+    wait_for(h, "honest batch", || s.index.entries() > 0).await;
+    s.handle.shutdown().await;
+}

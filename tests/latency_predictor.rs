@@ -160,7 +160,7 @@ async fn dead_predictor_still_routes_and_is_counted() {
 fn load(text: &str) -> Result<epp::config::LoadedConfig, epp::config::ConfigErrors> {
     epp::app::load_config(
         Some(text),
-        &epp::plugins::registry::BuildContext::default(),
+        &epp::framework::build::BuildContext::default(),
         epp::scheduling::metrics::SchedulerMetrics::detached(),
     )
 }
@@ -190,7 +190,7 @@ schedulingProfiles:
 "
         );
         let loaded = load(&text).unwrap_or_else(|e| panic!("{api}: {e}"));
-        let producers: Vec<String> = loaded.scheduler.producers.iter().map(|p| p.name.to_string()).collect();
+        let producers: Vec<String> = loaded.scheduler.producers().iter().map(|p| p.name.to_string()).collect();
         assert!(producers.contains(&"lp".to_string()), "{producers:?}");
     }
     // A consumer alone gets the default producer injected.
@@ -204,7 +204,7 @@ schedulingProfiles:
   - pluginRef: latency-scorer
 ";
     let loaded = load(alone).expect("loads");
-    assert!(loaded.scheduler.producers.iter().any(|p| &*p.name == "predicted-latency-producer"));
+    assert!(loaded.scheduler.producers().iter().any(|p| &*p.name == "predicted-latency-producer"));
     // A named producer that does not exist is an error.
     let missing = alone.replace(
         "- type: latency-scorer\n",

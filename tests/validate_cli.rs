@@ -141,3 +141,14 @@ fn exit_codes_and_json_output() {
     assert_eq!(epp(&["validate", warn_only.to_str().unwrap()]).status.code(), Some(0));
     assert_ne!(epp(&["validate", "/nonexistent/file.yaml"]).status.code(), Some(0));
 }
+
+#[test]
+fn moved_tool_subcommands_point_to_epp_tools_and_exit_2() {
+    for args in [&["sim", "--pods", "2"][..], &["demo"], &["bench", "index", "--workload", "/nonexistent"]] {
+        let out = epp(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(stderr.contains("epp-tools"), "{stderr}");
+    }
+}

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the `epp bench extproc` matrix recorded in docs/benchmarks.md: each series REPEATS
+# Runs the `epp-tools bench extproc` matrix recorded in docs/benchmarks.md: each series REPEATS
 # times (fresh process each), JSON lines appended to OUT/<series>.jsonl, then the plot.
 # Usage: tools/bench_extproc.sh [OUT_DIR] (needs `cargo build --release` first).
 set -euo pipefail

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Latency-vs-rate plot of `epp bench extproc --json` output, as a self-contained SVG.
+"""Latency-vs-rate plot of `epp-tools bench extproc --json` output, as a self-contained SVG.
 
 Usage: python3 tools/plot_bench.py OUT.svg RUN.jsonl [RUN.jsonl ...]
 

@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
-"""Plots of the fleet simulator (docs/plots/sim-*.svg) from `epp sim --json` output.
+"""Plots of the fleet simulator (docs/plots/sim-*.svg) from `epp-tools sim --json` output.
 
 Standard library only; writes SVG directly. Two steps, both by default:
 
-  python3 tools/sim_plots.py --epp "$CARGO_TARGET_DIR/release/epp"   # run epp sim, then plot
+  python3 tools/sim_plots.py --epp "$CARGO_TARGET_DIR/release/epp"   # run epp-tools sim, then plot
   python3 tools/sim_plots.py --plot-only                              # re-plot the saved JSON
 
 Runs (saved under docs/plots/data/): the default 8-pod shared-prefix scenario with prefixes
-at 90 % of the fleet's KV cache, 1,500 requests at each fixed rate of QPS (one `epp sim
---json` per rate, every policy), and `epp sim --kv-sweep --json` at 20 qps. Plots: prefix
+at 90 % of the fleet's KV cache, 1,500 requests at each fixed rate of QPS (one `epp-tools sim
+--json` per rate, every policy), and `epp-tools sim --kv-sweep --json` at 20 qps. Plots: prefix
 hit rate and TTFT p90 against the rate per policy; precise's hit rate against KV-event
 delay and loss, with approximate and the oracle as reference lines.
 """

@@ -32,7 +32,7 @@ fn world() -> &'static World {
             .expect("endpoints");
             store.replace(endpoints);
             let registry = prometheus::Registry::new();
-            let cx = epp::plugins::registry::BuildContext { endpoints: store.clone(), ..Default::default() };
+            let cx = epp::framework::build::BuildContext { endpoints: store.clone(), ..Default::default() };
             let loaded = epp::app::load_config(None, &cx, epp::scheduling::metrics::SchedulerMetrics::detached())
                 .expect("default config");
             Arc::new(Shared {

@@ -9,14 +9,15 @@ use super::error::{ConfigError, ConfigErrors, closest, ref_suggestion};
 use super::raw::{RawConfig, RawSaturationDetector};
 use super::{API_VERSIONS, FEATURE_GATES, flow_control, producers, profiles};
 use crate::flowcontrol::settings::FlowControlSettings;
+use crate::framework::build::{BuildContext, PluginSpec, decode_params};
+use crate::framework::plugin::{PluginInstance, PluginName};
 use crate::plugins::datalayer::{file_discovery, models};
 use crate::plugins::producer::passive::{CoreMetricsExtractorParams, MetricsDataSourceParams};
-use crate::plugins::registry::{BuildContext, PluginSpec, Registry, decode_params};
-use crate::plugins::{PluginInstance, PluginName};
+use crate::plugins::registry::Registry;
 use crate::request::parsers::ParserSet;
 use crate::scheduling::metrics::{ExtensionPoint, SchedulerMetrics};
 use crate::scheduling::profile::Slot;
-use crate::scheduling::scheduler::{AdmitterSlot, Scheduler};
+use crate::scheduling::scheduler::{AdmitterSlot, Scheduler, SchedulerParts};
 
 /// A loaded config.
 #[derive(Debug)]
@@ -163,24 +164,24 @@ pub fn load(
         })
         .collect();
     let response = instances.items.iter().filter_map(|(_, i)| i.response.clone()).collect();
-    let mut scheduler = Scheduler::new(
-        profile_list.handler,
-        profile_list.profiles,
+    let flow_control = flow_settings.filter(|_| raw.feature_gates.iter().any(|g| g == "flowControl"));
+    let stage = producers::stage(&instances, &producer_plan);
+    let scheduler = Scheduler::new(SchedulerParts {
+        handler: profile_list.handler,
+        profiles: profile_list.profiles,
         producers,
+        admitters,
         pre_request,
         response,
-        producer_plan.default_prefix,
-        producer_plan.default_inflight,
+        defaults: producer_plan.defaults,
         metrics,
-    );
-    scheduler.saturation = saturation;
-    scheduler.admitters = admitters;
-    scheduler.default_latency_producer = producer_plan.default_latency;
-    scheduler.parsers = parsers;
-    scheduler.default_encoder_cache_producer = producer_plan.default_encoder_cache;
-    let flow_control = flow_settings.filter(|_| raw.feature_gates.iter().any(|g| g == "flowControl"));
-    // With Flow Control, admission (not the legacy shedding rule) decides who waits.
-    scheduler.legacy_shedding = flow_control.is_none();
+        saturation,
+        // With Flow Control, admission (not the legacy shedding rule) decides who waits.
+        legacy_shedding: flow_control.is_none(),
+        objectives: crate::objectives::ObjectiveStore::default(),
+        parsers,
+        stage,
+    });
     Ok(LoadedConfig {
         scheduler,
         injected: instances.injected,
@@ -278,7 +279,7 @@ fn saturation_detector(
     cx: &BuildContext,
     instances: &mut Instances,
     errors: &mut Vec<ConfigError>,
-) -> Option<Arc<dyn crate::plugins::SaturationDetector>> {
+) -> Option<Arc<dyn crate::framework::plugin::SaturationDetector>> {
     let flow_ref =
         raw.flow_control.as_ref().and_then(|f| f.saturation_detector.as_ref()).and_then(|r| r.plugin_ref.clone());
     let (path, name) = match (&raw.saturation_detector, flow_ref) {
@@ -317,7 +318,7 @@ fn legacy_detector(
     cx: &BuildContext,
     instances: &mut Instances,
     errors: &mut Vec<ConfigError>,
-) -> Option<Arc<dyn crate::plugins::SaturationDetector>> {
+) -> Option<Arc<dyn crate::framework::plugin::SaturationDetector>> {
     let mut params = serde_json::Map::new();
     if let Some(q) = t.queue_depth_threshold {
         params.insert("queueDepthThreshold".into(), q.into());

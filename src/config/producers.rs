@@ -4,27 +4,25 @@
 //! backend for tokens, `inflight-load-producer` for load, `predicted-latency-producer` for
 //! latency predictions, `session-id-producer` for session ids, `mm-embeddings-cache-producer`
 //! for encoder-cache matches). A named producer must exist and
-//! produce that key. Producers then run in dependency order; a cycle is an error.
+//! produce that key. Producers then run in dependency order; a cycle is an error. The stage
+//! before the decision awaits the producers' stage capabilities in that same order.
 
 use super::error::{ConfigError, closest};
 use super::loader::Instances;
+use crate::framework::build::BuildContext;
 use crate::framework::context::DataKey;
-use crate::plugins::PluginName;
-use crate::plugins::registry::{BuildContext, Registry};
+use crate::framework::data::DefaultProducers;
+use crate::framework::plugin::PluginName;
+use crate::plugins::registry::Registry;
+use crate::scheduling::stage::{Stage, StagePredictor};
 
 /// Producer order and defaults.
 #[derive(Debug, Default)]
 pub struct ProducerPlan {
     /// Producer instance names in run order.
     pub order: Vec<PluginName>,
-    /// Default prefix producer.
-    pub default_prefix: Option<PluginName>,
-    /// Default in-flight producer.
-    pub default_inflight: Option<PluginName>,
-    /// Default latency producer.
-    pub default_latency: Option<PluginName>,
-    /// Default encoder-cache producer.
-    pub default_encoder_cache: Option<PluginName>,
+    /// The producer that answers, per data kind, for consumers that name none.
+    pub defaults: DefaultProducers,
 }
 
 fn default_type(key: &DataKey) -> &'static str {
@@ -114,7 +112,7 @@ pub(crate) fn plan(
     let first_of = |t: &str| {
         instances.items.iter().find(|(_, i)| i.type_name == t && i.producer.is_some()).map(|(s, _)| s.name.clone())
     };
-    plan.default_prefix = first_of("approx-prefix-cache-producer").or_else(|| {
+    plan.defaults.prefix = first_of("approx-prefix-cache-producer").or_else(|| {
         instances
             .items
             .iter()
@@ -125,9 +123,9 @@ pub(crate) fn plan(
             })
             .map(|(s, _)| s.name.clone())
     });
-    plan.default_inflight = first_of("inflight-load-producer");
-    plan.default_latency = first_of("predicted-latency-producer");
-    plan.default_encoder_cache = first_of("mm-embeddings-cache-producer");
+    plan.defaults.inflight = first_of("inflight-load-producer");
+    plan.defaults.latency = first_of("predicted-latency-producer");
+    plan.defaults.encoder_cache = first_of("mm-embeddings-cache-producer");
     order(instances, &mut plan, errors);
     plan
 }
@@ -159,4 +157,27 @@ fn order(instances: &Instances, plan: &mut ProducerPlan, errors: &mut Vec<Config
             }
         }
     }
+}
+
+/// What the stage before the decision awaits: the first tokenize step and every latency
+/// step in producer order, each latency step bound to its encoder-cache sizer (named, or the
+/// default encoder-cache producer; none when that plugin has no sizer).
+pub(crate) fn stage(instances: &Instances, plan: &ProducerPlan) -> Stage {
+    let in_order = || plan.order.iter().filter_map(|name| instances.get(name));
+    let tokenizer = in_order().find_map(|(_, i)| i.tokenize_step.clone());
+    let sizer = |binding: &Option<PluginName>| {
+        let name = binding.as_ref().or(plan.defaults.encoder_cache.as_ref())?;
+        instances.get(name).and_then(|(_, i)| i.encoder_cache_sizer.clone())
+    };
+    let predictors = in_order()
+        .filter_map(|(spec, i)| {
+            let step = i.latency_step.as_ref()?;
+            Some(StagePredictor {
+                producer: spec.name.clone(),
+                predictor: step.predictor.clone(),
+                encoder_cache: step.encoder_cache.as_ref().and_then(sizer),
+            })
+        })
+        .collect();
+    Stage { tokenizer, predictors }
 }

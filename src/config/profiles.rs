@@ -8,8 +8,10 @@ use std::sync::Arc;
 use super::error::ConfigError;
 use super::loader::Instances;
 use super::raw::{RawConfig, RawProfile, RawProfilePlugin};
-use crate::plugins::registry::{BuildContext, Registry};
-use crate::plugins::{Picker, ProfileHandler, profile_handler};
+use crate::framework::build::BuildContext;
+use crate::framework::plugin::{Picker, ProfileHandler};
+use crate::plugins::profile_handler;
+use crate::plugins::registry::Registry;
 use crate::scheduling::metrics::{ExtensionPoint, SchedulerMetrics};
 use crate::scheduling::profile::{Profile, Slot, WeightedScorer};
 

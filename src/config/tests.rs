@@ -1,7 +1,8 @@
 //! Loader tests: defaults, injections, and one test per validation error path.
 
 use super::*;
-use crate::plugins::registry::{BuildContext, builtin};
+use crate::framework::build::BuildContext;
+use crate::plugins::registry::builtin;
 use crate::scheduling::metrics::SchedulerMetrics;
 
 fn try_load(text: &str) -> Result<LoadedConfig, ConfigErrors> {
@@ -23,8 +24,8 @@ fn has_error(errs: &[ConfigError], path: &str, fragment: &str) -> bool {
 fn default_config_loads_with_documented_injections() {
     let loaded = try_load(defaults::DEFAULT_CONFIG).expect("default loads");
     let s = &loaded.scheduler;
-    assert_eq!(s.profiles.len(), 1);
-    let p = &s.profiles[0];
+    assert_eq!(s.profiles().len(), 1);
+    let p = &s.profiles()[0];
     let weights: Vec<(String, f64)> = p.scorers.iter().map(|w| (w.slot.name.to_string(), w.weight)).collect();
     assert_eq!(
         weights,
@@ -35,10 +36,10 @@ fn default_config_loads_with_documented_injections() {
         ]
     );
     assert_eq!(&*p.picker.name, "max-score-picker");
-    let producers: Vec<_> = s.producers.iter().map(|p| p.name.to_string()).collect();
+    let producers: Vec<_> = s.producers().iter().map(|p| p.name.to_string()).collect();
     assert_eq!(producers, vec!["token-producer", "approx-prefix-cache-producer"], "token producer runs first");
-    assert_eq!(s.default_prefix_producer.as_deref(), Some("approx-prefix-cache-producer"));
-    assert!(s.saturation.is_some());
+    assert_eq!(s.defaults().prefix.as_deref(), Some("approx-prefix-cache-producer"));
+    assert!(s.saturation().is_some());
     let injected = loaded.injected.join("\n");
     for t in [
         "single-profile-handler",
@@ -57,7 +58,7 @@ fn smallest_valid_config_gets_handler_picker_and_weight_one() {
         "plugins: [{type: queue-scorer}]\nschedulingProfiles: [{name: p, plugins: [{pluginRef: queue-scorer}]}]",
     )
     .unwrap();
-    let p = &loaded.scheduler.profiles[0];
+    let p = &loaded.scheduler.profiles()[0];
     assert_eq!(p.scorers[0].weight, 1.0);
     assert_eq!(&*p.picker.name, "max-score-picker");
 }
@@ -65,7 +66,7 @@ fn smallest_valid_config_gets_handler_picker_and_weight_one() {
 #[test]
 fn missing_profiles_become_a_default_profile() {
     let loaded = try_load("apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\nplugins: [{type: queue-scorer}, {type: random-picker}]").unwrap();
-    let p = &loaded.scheduler.profiles[0];
+    let p = &loaded.scheduler.profiles()[0];
     assert_eq!(&*p.name, "default");
     assert_eq!(&*p.picker.name, "random-picker");
 }
@@ -141,7 +142,7 @@ fn named_producer_must_exist() {
 #[test]
 fn saturation_detector_forms() {
     let r = "plugins: [{type: queue-scorer}, {name: det, type: utilization-detector, parameters: {queueDepthThreshold: 3, metricsStalenessThreshold: 1s}}]\nschedulingProfiles: [{name: a, plugins: [{pluginRef: queue-scorer}]}]\nsaturationDetector: {pluginRef: det}";
-    assert!(try_load(r).unwrap().scheduler.saturation.is_some());
+    assert!(try_load(r).unwrap().scheduler.saturation().is_some());
     let legacy = "plugins: [{type: queue-scorer}]\nsaturationDetector: {queueDepthThreshold: 8, kvCacheUtilThreshold: 0.9, metricsStalenessThreshold: 150ms}";
     assert!(try_load(legacy).unwrap().injected.iter().any(|n| n.contains("pre-v1.5")));
     let wrong = "plugins: [{type: queue-scorer}]\nsaturationDetector: {pluginRef: queue-scorer}";
@@ -164,7 +165,7 @@ fn data_layer_rules() {
 fn deprecated_aliases_load() {
     let text = "plugins: [{type: kv-cache-scorer}]";
     let loaded = try_load(text).unwrap();
-    assert_eq!(loaded.scheduler.profiles[0].scorers.len(), 1);
+    assert_eq!(loaded.scheduler.profiles()[0].scorers.len(), 1);
 }
 
 #[test]
@@ -175,9 +176,9 @@ fn flow_control_block_is_typed_and_honoured_only_with_the_gate() {
         flowControl: {maxBytes: 2Gi, maxRequests: \"1k\", defaultRequestTTL: 30s, noEndpointRequestTTL: 2s, usageLimitPolicyPluginRef: limit, \
         priorityBands: [{priority: 5, maxRequests: 10, fairnessPolicyRef: rr, orderingPolicyRef: edf-ordering-policy}]}";
     let off = try_load(block).unwrap();
-    assert!(off.flow_control.is_none() && off.scheduler.legacy_shedding);
+    assert!(off.flow_control.is_none() && off.scheduler.legacy_shedding());
     let on = try_load(&format!("featureGates: [flowControl]\n{block}")).unwrap();
-    assert!(!on.scheduler.legacy_shedding, "Flow Control replaces the legacy shedding rule");
+    assert!(!on.scheduler.legacy_shedding(), "Flow Control replaces the legacy shedding rule");
     let fc = on.flow_control.expect("gate on");
     assert_eq!((fc.max_bytes, fc.max_requests, fc.ceiling), (Some(2 << 30), Some(1000), 0.8));
     assert_eq!(fc.default_ttl, Some(std::time::Duration::from_secs(30)));
@@ -208,13 +209,13 @@ fn new_flow_control_policies_and_admitters_are_wired() {
     };
     assert!(shared, "both bands share the one program-aware instance");
     assert_eq!((fc.band(0).ordering, fc.band(3).ordering), (Ordering::SloDeadline, Ordering::Fcfs));
-    let admitters: Vec<&str> = loaded.scheduler.admitters.iter().map(|a| &*a.slot.name).collect();
+    let admitters: Vec<&str> = loaded.scheduler.admitters().iter().map(|a| &*a.slot.name).collect();
     assert_eq!(admitters, ["probabilistic-admitter", "slo"], "every admitter, in declaration order");
     assert!(
-        loaded.scheduler.producers.iter().any(|p| &*p.name == "predicted-latency-producer"),
+        loaded.scheduler.producers().iter().any(|p| &*p.name == "predicted-latency-producer"),
         "the SLO admitter's predictions are produced by the default producer"
     );
-    assert!(loaded.scheduler.pre_request.iter().any(|p| &*p.name == "pa"), "program-aware tracks dispatches");
+    assert!(loaded.scheduler.pre_request().iter().any(|p| &*p.name == "pa"), "program-aware tracks dispatches");
     let errs = errors(
         "plugins: [{type: queue-scorer}, {type: latency-slo-admitter, name: slo}, {type: program-aware-fairness}]\n\
         flowControl: {defaultPriorityBand: {fairnessPolicyRef: slo, orderingPolicyRef: program-aware-fairness}}",
@@ -262,7 +263,7 @@ fn parsers_come_from_request_handler_then_parser_else_openai() {
     use crate::request::parsers::{ParserKind, ParserSet};
     const BASE: &str = "plugins: [{type: queue-scorer}, {name: grpc, type: vllmgrpc-parser}, \
                         {name: sg, type: sglanghttp-parser}, {name: oa, type: openai-parser}]\n";
-    let load = |extra: &str| try_load(&format!("{BASE}{extra}")).expect("loads").scheduler.parsers;
+    let load = |extra: &str| try_load(&format!("{BASE}{extra}")).expect("loads").scheduler.parsers().clone();
     assert_eq!(load(""), ParserSet::default(), "declared but not referenced: default openai");
     assert_eq!(load("parser: {pluginRef: grpc}"), ParserSet::new([ParserKind::VllmGrpc]));
     assert_eq!(
@@ -281,8 +282,8 @@ fn parsers_come_from_request_handler_then_parser_else_openai() {
 fn encoder_cache_scorer_gets_a_default_producer() {
     let loaded = try_load("plugins: [{type: mm-embeddings-cache-scorer}]").unwrap();
     assert!(loaded.injected.iter().any(|i| i.starts_with("mm-embeddings-cache-producer")), "{:?}", loaded.injected);
-    assert_eq!(loaded.scheduler.default_encoder_cache_producer.as_deref(), Some("mm-embeddings-cache-producer"));
-    assert!(loaded.scheduler.producers.iter().any(|p| &*p.name == "mm-embeddings-cache-producer"));
+    assert_eq!(loaded.scheduler.defaults().encoder_cache.as_deref(), Some("mm-embeddings-cache-producer"));
+    assert!(loaded.scheduler.producers().iter().any(|p| &*p.name == "mm-embeddings-cache-producer"));
     assert!(!loaded.injected.iter().any(|i| i.starts_with("token-producer")), "no tokenizer is forced on it");
 }
 
@@ -291,7 +292,7 @@ fn encoder_cache_scorer_binds_a_named_producer() {
     let text = "plugins: [{name: mm-a, type: mm-embeddings-cache-producer, parameters: {cacheSizeInEmbeddingsPerServer: 8192}}, {name: mm-b, type: mm-embeddings-cache-producer}, {type: mm-embeddings-cache-scorer, parameters: {producerName: mm-b}}]";
     let loaded = try_load(text).unwrap();
     assert!(loaded.injected.iter().all(|i| !i.starts_with("mm-embeddings-cache-producer")));
-    assert_eq!(loaded.scheduler.default_encoder_cache_producer.as_deref(), Some("mm-a"), "first declared");
+    assert_eq!(loaded.scheduler.defaults().encoder_cache.as_deref(), Some("mm-a"), "first declared");
     let wrong = "plugins: [{name: mm-a, type: mm-embeddings-cache-producer}, {type: mm-embeddings-cache-scorer, parameters: {producerName: mm-x}}]";
     let errs = errors(wrong);
     assert!(has_error(&errs, "plugins[1]", "does not exist"), "{errs:?}");
@@ -307,7 +308,7 @@ fn latency_producer_encoder_cache_features_bind_the_mm_producer() {
     let on = "plugins: [{type: predicted-latency-producer, parameters: {predictionServerUrls: ['http://127.0.0.1:1'], training: false, useEncoderCacheFeatures: true}}]";
     let loaded = try_load(on).unwrap();
     assert!(loaded.injected.iter().any(|i| i.starts_with("mm-embeddings-cache-producer")), "{:?}", loaded.injected);
-    let order: Vec<&str> = loaded.scheduler.producers.iter().map(|p| &*p.name).collect();
+    let order: Vec<&str> = loaded.scheduler.producers().iter().map(|p| &*p.name).collect();
     let (mm, lp) = (
         order.iter().position(|n| *n == "mm-embeddings-cache-producer"),
         order.iter().position(|n| *n == "predicted-latency-producer"),

@@ -56,7 +56,7 @@ pub fn decide(
     body: &[u8],
     use_subset_hint: bool,
 ) -> Result<Outcome, ExtProcError> {
-    let prepared = prepare(&scheduler.parsers, &scheduler.objectives, headers, body)?;
+    let prepared = prepare(scheduler.parsers(), scheduler.objectives(), headers, body)?;
     schedule_prepared(scheduler, store, metadata, prepared, use_subset_hint)
 }
 

@@ -6,16 +6,67 @@ use crate::framework::ScheduleError;
 use crate::request::openai::BodyError;
 use crate::request::parsers::ParseError;
 
-/// A request-processing failure that ends the request with an immediate response.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+/// What the client is told about a failure: one HTTP status, error code and gRPC code each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Status {
+    /// 400, `INVALID_ARGUMENT`.
+    BadRequest,
+    /// 503, `UNAVAILABLE`.
+    ServiceUnavailable,
+    /// 429, `RESOURCE_EXHAUSTED`.
+    ResourceExhausted,
+    /// 413, `RESOURCE_EXHAUSTED`.
+    PayloadTooLarge,
+    /// 500, `INTERNAL`.
+    Internal,
+}
+
+impl Status {
+    /// HTTP status, error code name (also the `error_code` metric label) and gRPC code: the
+    /// one table.
+    fn wire(self) -> (u16, &'static str, tonic::Code) {
+        match self {
+            Self::BadRequest => (400, "BadRequest", tonic::Code::InvalidArgument),
+            Self::ServiceUnavailable => (503, "ServiceUnavailable", tonic::Code::Unavailable),
+            Self::ResourceExhausted => (429, "ResourceExhausted", tonic::Code::ResourceExhausted),
+            Self::PayloadTooLarge => (413, "PayloadTooLarge", tonic::Code::ResourceExhausted),
+            Self::Internal => (500, "Internal", tonic::Code::Internal),
+        }
+    }
+}
+
+/// A request-processing failure that ends the request with an immediate response. Failures
+/// of other modules are kept whole (their `source()` chain included); [`Self::status`]
+/// chooses what the client is told.
+#[derive(Debug, thiserror::Error)]
 pub enum ExtProcError {
-    /// Malformed body, missing or non-string `model`, failed validation -> 400.
+    /// The OpenAI-style body was rejected -> 400.
+    #[error(transparent)]
+    Body(#[from] BodyError),
+    /// The parser that claimed the path rejected the body -> 400.
+    #[error(transparent)]
+    Parse(#[from] ParseError),
+    /// The scheduler found no endpoint: 503 (no candidate), 429 (all filtered, saturated) or
+    /// 500 (an admitter denied).
+    #[error(transparent)]
+    Schedule(#[from] ScheduleError),
+    /// A blocking-pool task (parse or schedule of a large body) failed -> 500.
+    #[error("{what} task failed: {source}")]
+    Task {
+        /// Which task.
+        what: &'static str,
+        /// The join error.
+        #[source]
+        source: tokio::task::JoinError,
+    },
+    /// Malformed request outside the body parsers (size, model name, undecodable
+    /// message) -> 400.
     #[error("{0}")]
     BadRequest(String),
-    /// No candidate endpoint (empty pool, or the subset hint matched none) -> 503.
+    /// No endpoint to serve the request (e.g. Flow Control found none) -> 503.
     #[error("{0}")]
     ServiceUnavailable(String),
-    /// Every candidate filtered out, or a sheddable request while saturated -> 429.
+    /// Rejected for capacity (Flow Control) -> 429.
     #[error("{0}")]
     ResourceExhausted(String),
     /// A request (or an ext_proc message) above the size limit -> 413; gRPC
@@ -28,68 +79,45 @@ pub enum ExtProcError {
 }
 
 impl ExtProcError {
+    /// What the client is told.
+    pub fn status(&self) -> Status {
+        match self {
+            Self::Body(_) | Self::Parse(_) | Self::BadRequest(_) => Status::BadRequest,
+            Self::Schedule(ScheduleError::NoCandidates) | Self::ServiceUnavailable(_) => Status::ServiceUnavailable,
+            Self::Schedule(
+                ScheduleError::AllFiltered { .. }
+                | ScheduleError::NoResult { .. }
+                | ScheduleError::NoProfileRan
+                | ScheduleError::Saturated,
+            )
+            | Self::ResourceExhausted(_) => Status::ResourceExhausted,
+            Self::PayloadTooLarge(_) => Status::PayloadTooLarge,
+            // GIE and llm-d report an admitter's denial as Internal (500), whatever the reason.
+            Self::Schedule(ScheduleError::NotAdmitted { .. }) | Self::Task { .. } | Self::Internal(_) => {
+                Status::Internal
+            }
+        }
+    }
+
     /// HTTP status code.
     pub fn http_status(&self) -> u16 {
-        match self {
-            Self::BadRequest(_) => 400,
-            Self::ServiceUnavailable(_) => 503,
-            Self::ResourceExhausted(_) => 429,
-            Self::PayloadTooLarge(_) => 413,
-            Self::Internal(_) => 500,
-        }
+        self.status().wire().0
     }
 
     /// Error code name (also the `error_code` metric label).
     pub fn code(&self) -> &'static str {
-        match self {
-            Self::BadRequest(_) => "BadRequest",
-            Self::ServiceUnavailable(_) => "ServiceUnavailable",
-            Self::ResourceExhausted(_) => "ResourceExhausted",
-            Self::PayloadTooLarge(_) => "PayloadTooLarge",
-            Self::Internal(_) => "Internal",
-        }
+        self.status().wire().1
     }
 
     /// The gRPC status code for a gRPC request (`INVALID_ARGUMENT`, `UNAVAILABLE`,
-    /// `RESOURCE_EXHAUSTED`, `INTERNAL`).
+    /// `RESOURCE_EXHAUSTED`, `INTERNAL`), as its number.
     pub fn grpc_status(&self) -> u32 {
-        match self {
-            Self::BadRequest(_) => 3,
-            Self::ServiceUnavailable(_) => 14,
-            Self::ResourceExhausted(_) | Self::PayloadTooLarge(_) => 8,
-            Self::Internal(_) => 13,
-        }
+        self.status().wire().2 as u32
     }
 
     /// The response body Envoy returns to the client.
     pub fn body(&self) -> String {
         format!("inference error: {} - {}", self.code(), self)
-    }
-}
-
-impl From<BodyError> for ExtProcError {
-    fn from(e: BodyError) -> Self {
-        Self::BadRequest(e.to_string())
-    }
-}
-
-impl From<ParseError> for ExtProcError {
-    fn from(e: ParseError) -> Self {
-        Self::BadRequest(e.to_string())
-    }
-}
-
-impl From<ScheduleError> for ExtProcError {
-    fn from(e: ScheduleError) -> Self {
-        match e {
-            ScheduleError::NoCandidates => Self::ServiceUnavailable(e.to_string()),
-            ScheduleError::AllFiltered { .. }
-            | ScheduleError::NoResult { .. }
-            | ScheduleError::NoProfileRan
-            | ScheduleError::Saturated => Self::ResourceExhausted(e.to_string()),
-            // GIE and llm-d report an admitter's denial as Internal (500), whatever the reason.
-            ScheduleError::NotAdmitted { .. } => Self::Internal(e.to_string()),
-        }
     }
 }
 
@@ -112,13 +140,7 @@ impl ExtProcError {
 
     /// The gRPC status that ends an ext_proc stream failed by this error.
     pub fn stream_status(&self) -> tonic::Status {
-        let code = match self {
-            Self::PayloadTooLarge(_) | Self::ResourceExhausted(_) => tonic::Code::ResourceExhausted,
-            Self::BadRequest(_) => tonic::Code::InvalidArgument,
-            Self::ServiceUnavailable(_) => tonic::Code::Unavailable,
-            Self::Internal(_) => tonic::Code::Internal,
-        };
-        tonic::Status::new(code, self.to_string())
+        tonic::Status::new(self.status().wire().2, self.to_string())
     }
 
     /// The failure for a Flow Control admission outcome; `None` when dispatched.
@@ -160,13 +182,23 @@ mod tests {
     }
 
     #[test]
+    fn keeps_the_source_of_a_body_error() {
+        let json = serde_json::from_slice::<serde_json::Value>(b"{").expect_err("not JSON");
+        let e = ExtProcError::from(BodyError::Json(json));
+        assert_eq!(e.http_status(), 400);
+        assert!(e.to_string().starts_with("invalid request body: "));
+        let source = std::error::Error::source(&e).expect("the body error's source is kept");
+        assert!(source.is::<serde_json::Error>());
+    }
+
+    #[test]
     fn maps_undecodable_inbound_messages() {
         let big = ExtProcError::from_inbound_status(&tonic::Status::out_of_range("found 9 bytes, the limit is 4"));
         assert_eq!(big.as_ref().map(ExtProcError::http_status), Some(413));
         assert_eq!(big.map(|e| e.stream_status().code()), Some(tonic::Code::ResourceExhausted));
         let junk = ExtProcError::from_inbound_status(&tonic::Status::internal("invalid wire type"));
         assert_eq!(junk.map(|e| e.stream_status().code()), Some(tonic::Code::InvalidArgument));
-        assert_eq!(ExtProcError::from_inbound_status(&tonic::Status::cancelled("gone")), None);
+        assert!(ExtProcError::from_inbound_status(&tonic::Status::cancelled("gone")).is_none());
     }
 
     #[test]

@@ -5,7 +5,7 @@
 use prost_types::value::Kind;
 use prost_types::{Struct, Value};
 
-use super::error::ExtProcError;
+use super::error::{ExtProcError, Status};
 use crate::framework::result::MetadataEdits;
 use crate::proto::envoy::config::core::v3::{HeaderValue, HeaderValueOption};
 use crate::proto::envoy::r#type::v3::HttpStatus;
@@ -161,7 +161,7 @@ fn grpc_message(text: &str) -> String {
 /// The immediate response for a failure.
 pub fn immediate(error: &ExtProcError) -> ProcessingResponse {
     let mut headers = vec![("content-type".to_string(), "text/plain".to_string())];
-    if matches!(error, ExtProcError::ResourceExhausted(_)) {
+    if error.status() == Status::ResourceExhausted {
         headers.push(("x-llm-d-request-dropped-reason".to_string(), "rejected-saturated".to_string()));
     }
     message(Response::ImmediateResponse(ImmediateResponse {

@@ -24,11 +24,13 @@ use super::response::{self as resp, Direction};
 use super::service::Shared;
 use crate::framework::result::SchedulingResult;
 use crate::proto::envoy::config::core::v3::HeaderMap;
+use crate::proto::envoy::extensions::filters::http::ext_proc::v3::processing_mode::BodySendMode;
 use crate::proto::ext_proc::processing_request::Request;
 use crate::proto::ext_proc::{CommonResponse, ProcessingRequest, ProcessingResponse};
 use crate::request::InferenceRequest;
 use crate::request::headers::{self, CONTENT_LENGTH, DESTINATION_ENDPOINT, REQUEST_ID, RequestHeaders};
 use crate::request::usage::{SseUsageScanner, Usage};
+use crate::scheduling::scheduler::Scheduler;
 use crate::scheduling::stage::before_decision;
 
 mod response_side;
@@ -61,17 +63,35 @@ pub enum ResponseMode {
     PerMessage,
 }
 
+/// The request body mode of a `protocol_config` value; values this build does not know are
+/// treated as full duplex.
 fn request_mode(mode: i32) -> RequestMode {
-    match mode {
-        0 => RequestMode::HeadersOnly,
-        1 => RequestMode::Streamed,
-        2 | 3 => RequestMode::Buffered,
-        _ => RequestMode::FullDuplex,
+    match BodySendMode::try_from(mode) {
+        Ok(BodySendMode::None) => RequestMode::HeadersOnly,
+        Ok(BodySendMode::Streamed) => RequestMode::Streamed,
+        Ok(BodySendMode::Buffered | BodySendMode::BufferedPartial) => RequestMode::Buffered,
+        Ok(BodySendMode::FullDuplexStreamed | BodySendMode::Grpc) | Err(_) => RequestMode::FullDuplex,
     }
 }
 
+/// The response body mode of a `protocol_config` value.
 fn response_mode(mode: i32) -> ResponseMode {
-    if mode == 4 || mode == 5 { ResponseMode::FullDuplex } else { ResponseMode::PerMessage }
+    match BodySendMode::try_from(mode) {
+        Ok(BodySendMode::FullDuplexStreamed | BodySendMode::Grpc) => ResponseMode::FullDuplex,
+        _ => ResponseMode::PerMessage,
+    }
+}
+
+/// Where the request side of a stream is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RequestPhase {
+    /// No message yet (the first one may carry `protocol_config`).
+    New,
+    /// Headers or body chunks arriving.
+    Receiving,
+    /// The request ended (end of stream on headers or body, or request trailers); later body
+    /// data is Envoy's duplicate-EOS quirk and never schedules again.
+    Ended,
 }
 
 /// A scheduled request awaiting its response.
@@ -84,14 +104,15 @@ struct Scheduled {
 /// Per-stream state.
 pub struct StreamProcessor {
     shared: Arc<Shared>,
+    /// The scheduler current when the stream started; used to its end, also after a reload.
+    scheduler: Arc<Scheduler>,
     started: Instant,
-    seen_first: bool,
+    phase: RequestPhase,
     req_mode: RequestMode,
     resp_mode: ResponseMode,
     headers: RequestHeaders,
     metadata: HashMap<String, Struct>,
     body: Vec<u8>,
-    request_done: bool,
     scheduled: Option<Scheduled>,
     response_streaming: bool,
     /// `on_first_response_chunk` hooks already ran.
@@ -112,15 +133,15 @@ impl StreamProcessor {
         let resp_mode =
             if shared.options.default_buffered { ResponseMode::PerMessage } else { ResponseMode::FullDuplex };
         Self {
+            scheduler: shared.scheduler.current(),
             shared,
             started: Instant::now(),
-            seen_first: false,
+            phase: RequestPhase::New,
             req_mode,
             resp_mode,
             headers: RequestHeaders::default(),
             metadata: HashMap::new(),
             body: Vec::new(),
-            request_done: false,
             scheduled: None,
             response_streaming: false,
             first_response_chunk_seen: false,
@@ -140,8 +161,8 @@ impl StreamProcessor {
 
     /// Handles one message; returns the replies to send, in order.
     pub async fn handle(&mut self, msg: ProcessingRequest) -> Vec<ProcessingResponse> {
-        if !self.seen_first {
-            self.seen_first = true;
+        if self.phase == RequestPhase::New {
+            self.phase = RequestPhase::Receiving;
             if let Some(pc) = &msg.protocol_config {
                 self.req_mode = request_mode(pc.request_body_mode);
                 self.resp_mode = response_mode(pc.response_body_mode);
@@ -185,7 +206,9 @@ impl StreamProcessor {
         }
         match (end_of_stream, self.req_mode) {
             (true, _) | (_, RequestMode::HeadersOnly) | (_, RequestMode::Streamed) => {
-                self.request_done = end_of_stream;
+                if end_of_stream {
+                    self.phase = RequestPhase::Ended;
+                }
                 self.pick_without_body()
             }
             (false, RequestMode::Buffered) => vec![resp::request_headers(CommonResponse::default())],
@@ -194,7 +217,7 @@ impl StreamProcessor {
     }
 
     async fn on_request_body(&mut self, chunk: Vec<u8>, end_of_stream: bool) -> Vec<ProcessingResponse> {
-        if self.req_mode == RequestMode::Streamed || self.request_done {
+        if self.req_mode == RequestMode::Streamed || self.phase == RequestPhase::Ended {
             // Streamed: the pick was made at the headers; acknowledge each chunk. After the
             // first end of stream: Envoy's duplicate-EOS quirk, never schedule twice.
             return match self.req_mode {
@@ -213,13 +236,13 @@ impl StreamProcessor {
                 _ => vec![resp::request_body(CommonResponse::default())],
             };
         }
-        self.request_done = true;
+        self.phase = RequestPhase::Ended;
         self.schedule_body(false).await
     }
 
     async fn on_request_trailers(&mut self) -> Vec<ProcessingResponse> {
-        if self.req_mode == RequestMode::FullDuplex && !self.request_done && self.scheduled.is_none() {
-            self.request_done = true;
+        if self.req_mode == RequestMode::FullDuplex && self.phase != RequestPhase::Ended && self.scheduled.is_none() {
+            self.phase = RequestPhase::Ended;
             return self.schedule_body(true).await;
         }
         vec![resp::request_trailers()]
@@ -233,32 +256,27 @@ impl StreamProcessor {
         let body = Bytes::from(std::mem::take(&mut self.body));
         let large = body.len() > OFFLOAD_BODY_BYTES;
         let prepared = if large {
-            let scheduler = self.shared.scheduler.load_full();
+            let scheduler = self.scheduler.clone();
             let (headers, raw) = (self.headers.clone(), body.clone());
-            match tokio::task::spawn_blocking(move || {
-                prepare(&scheduler.parsers, &scheduler.objectives, &headers, &raw)
-            })
-            .await
-            {
+            let parse = move || prepare(scheduler.parsers(), scheduler.objectives(), &headers, &raw);
+            match tokio::task::spawn_blocking(parse).await {
                 Ok(p) => p,
-                Err(e) => return self.fail(ExtProcError::Internal(format!("parsing task failed: {e}"))),
+                Err(source) => return self.fail(ExtProcError::Task { what: "parsing", source }),
             }
         } else {
-            let scheduler = self.shared.scheduler.load();
-            prepare(&scheduler.parsers, &scheduler.objectives, &self.headers, &body)
+            prepare(self.scheduler.parsers(), self.scheduler.objectives(), &self.headers, &body)
         };
         let mut prepared = match prepared {
             Ok(p) => p,
             Err(e) => return self.fail(e),
         };
-        let scheduler = self.shared.scheduler.load_full();
+        let scheduler = self.scheduler.clone();
         // A rendering tokenizer needs OpenAI-style JSON: the wire body, or the parser's
         // stand-in for gRPC and native bodies.
         let tokenize_json = prepared.tokenize_json.take();
         let tokenize_input = || tokenize_json.map_or_else(|| body.clone(), Bytes::from);
         let flow_control = self.shared.flow_control.as_deref();
-        let stage =
-            before_decision(&scheduler, flow_control, &self.shared.store, &mut prepared.request, tokenize_input);
+        let stage = before_decision(&scheduler, flow_control, &self.shared.store, &prepared.request, tokenize_input);
         match stage.await {
             Ok(awaited) => prepared.awaited = awaited,
             Err(ended) => {
@@ -268,18 +286,16 @@ impl StreamProcessor {
             }
         }
         let outcome = if large {
-            let (shared, metadata) = (self.shared.clone(), self.metadata.clone());
+            let (store, metadata) = (self.shared.store.clone(), self.metadata.clone());
             let joined = tokio::task::spawn_blocking(move || {
-                let scheduler = shared.scheduler.load();
-                schedule_prepared(&scheduler, &shared.store, &metadata, prepared, use_hint)
+                schedule_prepared(&scheduler, &store, &metadata, prepared, use_hint)
             })
             .await;
             match joined {
                 Ok(o) => o,
-                Err(e) => return self.fail(ExtProcError::Internal(format!("scheduling task failed: {e}"))),
+                Err(source) => return self.fail(ExtProcError::Task { what: "scheduling", source }),
             }
         } else {
-            let scheduler = self.shared.scheduler.load();
             schedule_prepared(&scheduler, &self.shared.store, &self.metadata, prepared, use_hint)
         };
         // The parse and tokenize steps have finished with their clones, so this reuses the

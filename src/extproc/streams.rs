@@ -1,5 +1,5 @@
 //! Open ext_proc streams: how many are open (read by shutdown to count the streams it cuts),
-//! and with `--enable-grpc-stream-metrics` the go-grpc-prometheus counters of the ext_proc
+//! the streams epp ended for a limit (`epp_extproc_streams_closed_total{reason}`), and with `--enable-grpc-stream-metrics` the go-grpc-prometheus counters of the ext_proc
 //! method (`grpc_server_started_total`, `grpc_server_handled_total{grpc_code}`,
 //! `grpc_server_msg_received_total`, `grpc_server_msg_sent_total`).
 
@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
-use prometheus::{IntCounterVec, Opts, Registry};
+use prometheus::{IntCounter, IntCounterVec, Opts, Registry};
 
 const SERVICE: &str = "envoy.service.ext_proc.v3.ExternalProcessor";
 const METHOD: &str = "Process";
@@ -17,6 +17,8 @@ const TYPE: &str = "bidi_stream";
 #[derive(Debug, Default)]
 pub struct StreamTracker {
     open: watch::Sender<usize>,
+    /// `epp_extproc_streams_closed_total{reason="idle_timeout"}` (registered by [`Self::new`]).
+    idle_timeouts: Option<IntCounter>,
     grpc: Option<GrpcStreamMetrics>,
 }
 
@@ -32,7 +34,21 @@ impl StreamTracker {
     /// A tracker; with `grpc_metrics` the gRPC stream counters are registered in `registry`.
     pub fn new(registry: &Registry, grpc_metrics: bool) -> Result<Arc<Self>, prometheus::Error> {
         let grpc = if grpc_metrics { Some(GrpcStreamMetrics::register(registry)?) } else { None };
-        Ok(Arc::new(Self { open: watch::Sender::new(0), grpc }))
+        let closed = IntCounterVec::new(
+            Opts::new(
+                "epp_extproc_streams_closed_total",
+                "ext_proc streams epp ended for a limit, by reason (idle_timeout: --idle-stream-timeout).",
+            ),
+            &["reason"],
+        )?;
+        registry.register(Box::new(closed.clone()))?;
+        let idle_timeouts = Some(closed.with_label_values(&["idle_timeout"]));
+        Ok(Arc::new(Self { open: watch::Sender::new(0), idle_timeouts, grpc }))
+    }
+
+    /// Streams ended by `--idle-stream-timeout` so far.
+    pub fn idle_timeouts(&self) -> u64 {
+        self.idle_timeouts.as_ref().map_or(0, IntCounter::get)
     }
 
     /// Streams open now.
@@ -101,6 +117,14 @@ impl StreamGuard {
     /// The stream ends normally (status OK).
     pub fn ok(&mut self) {
         self.code = "OK";
+    }
+
+    /// epp ends the stream because it was idle (status `DEADLINE_EXCEEDED`); counted.
+    pub fn idle_timeout(&mut self) {
+        self.code = "DeadlineExceeded";
+        if let Some(c) = &self.tracker.idle_timeouts {
+            c.inc();
+        }
     }
 }
 

@@ -16,7 +16,7 @@ use super::settings::FlowControlSettings;
 use super::{FlowController, FlowRequest, Outcome};
 use crate::endpoints::model::Candidate;
 use crate::endpoints::store::EndpointStore;
-use crate::plugins::SaturationDetector;
+use crate::framework::plugin::SaturationDetector;
 use crate::test_util::endpoint;
 
 /// Saturation set by the test.

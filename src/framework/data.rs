@@ -1,7 +1,7 @@
-//! Per-request data computed once by data producers before any profile runs: the prompt's
-//! token ids and, per prefix producer, the prefix-cache match of every candidate (and, per
-//! latency producer, the predicted latencies). Typed
-//! fields, not an untyped map: a new kind of data is a new field.
+//! Per-request data, computed once before any profile runs: the prompt's token ids and
+//! multimodal items, and per producer instance (`ByProducer`) the prefix-cache match of every
+//! candidate, in-flight loads, latency predictions and encoder-cache matches. Typed fields,
+//! not an untyped map: a new kind of data is a new field.
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
@@ -77,27 +77,104 @@ impl EncoderCacheMatches {
     }
 }
 
-/// Everything producers computed for one request.
+/// Values of one data kind, one per producer instance, plus the instance that answers for
+/// consumers that name none. The one shape of every per-producer field of [`RequestData`].
+#[derive(Clone, Debug)]
+pub struct ByProducer<T> {
+    entries: Vec<(PluginName, T)>,
+    default: Option<PluginName>,
+}
+
+impl<T> Default for ByProducer<T> {
+    fn default() -> Self {
+        Self { entries: Vec::new(), default: None }
+    }
+}
+
+impl<T> ByProducer<T> {
+    /// Empty, answering unnamed lookups with `default`.
+    pub fn with_default(default: Option<PluginName>) -> Self {
+        Self { entries: Vec::new(), default }
+    }
+
+    /// One value from `producer`, which is also the default.
+    pub fn only(producer: impl Into<PluginName>, value: T) -> Self {
+        let producer = producer.into();
+        Self { entries: vec![(producer.clone(), value)], default: Some(producer) }
+    }
+
+    /// Records `producer`'s value (a producer writes once per request; a second write
+    /// replaces the first).
+    pub fn insert(&mut self, producer: PluginName, value: T) {
+        match self.entries.iter_mut().find(|(n, _)| *n == producer) {
+            Some(entry) => entry.1 = value,
+            None => self.entries.push((producer, value)),
+        }
+    }
+
+    /// The value from `producer` (`None` = the default producer).
+    pub fn get(&self, producer: Option<&str>) -> Option<&T> {
+        let name = producer.or(self.default.as_deref())?;
+        self.entries.iter().find(|(n, _)| &**n == name).map(|(_, v)| v)
+    }
+
+    /// The value from `producer` (`None` = the default producer), mutable.
+    pub fn get_mut(&mut self, producer: Option<&str>) -> Option<&mut T> {
+        let name = producer.or(self.default.as_deref())?;
+        self.entries.iter_mut().find(|(n, _)| &**n == name).map(|(_, v)| v)
+    }
+
+    /// The instance that answers unnamed lookups.
+    pub fn default_producer(&self) -> Option<&PluginName> {
+        self.default.as_ref()
+    }
+
+    /// True when no producer wrote a value.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Every (producer, value), in write order.
+    pub fn iter(&self) -> impl Iterator<Item = (&PluginName, &T)> {
+        self.entries.iter().map(|(n, v)| (n, v))
+    }
+}
+
+/// Which producer instance answers, per data kind, for consumers that name none; chosen by
+/// the config loader's producer planning and copied into every request's [`RequestData`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DefaultProducers {
+    /// Prefix-match producer.
+    pub prefix: Option<PluginName>,
+    /// In-flight load producer.
+    pub inflight: Option<PluginName>,
+    /// Latency producer.
+    pub latency: Option<PluginName>,
+    /// Encoder-cache producer.
+    pub encoder_cache: Option<PluginName>,
+}
+
+/// Everything computed for one request before its decision, in two phases. Phase 1
+/// (`scheduling::stage`, asynchronous, before the scheduler runs): `tokens` and `mm_items`
+/// from the tokenize step and `predicted`. Phase 2 (the data producers, inside
+/// `Scheduler::schedule_with`): everything else, and `tokens` when no tokenize step ran.
 #[derive(Clone, Debug, Default)]
 pub struct RequestData {
-    /// Phase 1, filled by `scheduling::stage` before the decision: raw latency predictions by
-    /// `predicted-latency-producer` instance (absent when the predictor did not answer); the
-    /// producer turns them into `LatencyPredictionInfo`.
-    pub predicted: Vec<(PluginName, Arc<crate::latency::Predicted>)>,
-    /// `TokenizedPrompt`.
+    /// Phase 1: raw latency predictions by `predicted-latency-producer` instance (absent when
+    /// the predictor did not answer); the producer turns them into `LatencyPredictionInfo`.
+    pub predicted: ByProducer<Arc<crate::latency::Predicted>>,
+    /// Phase 1: multimodal items as the tokenize step's backend reported them (vLLM render
+    /// `features`), with their encoder output sizes; `None` when no backend reported any.
+    pub mm_items: Option<Arc<[crate::request::multimodal::MediaItem]>>,
+    /// `TokenizedPrompt`: the tokenize step's ids (phase 1), or the estimate backend's
+    /// (phase 2); `None` when neither ran, or tokenization missed its deadline.
     pub tokens: Option<Arc<[u32]>>,
     /// `PrefixCacheMatchInfo` by producer instance.
-    pub prefix: Vec<(PluginName, Arc<PrefixMatches>)>,
-    /// Which prefix producer answers for consumers that name none.
-    pub default_prefix_producer: Option<PluginName>,
+    pub prefix: ByProducer<Arc<PrefixMatches>>,
     /// `InFlightLoad` by producer instance.
-    pub inflight: Vec<(PluginName, Arc<InFlightLoads>)>,
-    /// Which in-flight producer answers for consumers that name none.
-    pub default_inflight_producer: Option<PluginName>,
+    pub inflight: ByProducer<Arc<InFlightLoads>>,
     /// `LatencyPredictionInfo` by producer instance (absent when the predictor did not answer).
-    pub latency: Vec<(PluginName, Arc<LatencyPredictions>)>,
-    /// Which latency producer answers for consumers that name none.
-    pub default_latency_producer: Option<PluginName>,
+    pub latency: ByProducer<Arc<LatencyPredictions>>,
     /// `peer-endpoint`: the endpoint already chosen for the other side of a P/D pair, set by
     /// `disagg-profile-handler` before it returns the profile that needs it (decode-first: the
     /// decode pick, seen by the prefill profile; prefill-first: the prefill pick, seen by the
@@ -106,9 +183,7 @@ pub struct RequestData {
     /// `SessionID` (from `session-id-producer`; `None` = no session).
     pub session_id: Option<Arc<str>>,
     /// `EncoderCacheMatchInfo` by producer instance (absent for text-only requests).
-    pub encoder_cache: Vec<(PluginName, Arc<EncoderCacheMatches>)>,
-    /// Which encoder-cache producer answers for consumers that name none.
-    pub default_encoder_cache_producer: Option<PluginName>,
+    pub encoder_cache: ByProducer<Arc<EncoderCacheMatches>>,
 }
 
 impl RequestData {
@@ -117,27 +192,29 @@ impl RequestData {
         self.peer_endpoint.get()
     }
 
-    /// Prefix matches from `producer` (None = the default producer).
-    pub fn prefix(&self, producer: Option<&str>) -> Option<&Arc<PrefixMatches>> {
-        let name = producer.or(self.default_prefix_producer.as_deref())?;
-        self.prefix.iter().find(|(n, _)| &**n == name).map(|(_, m)| m)
+    /// Points every per-producer kind at its default producer.
+    pub fn set_defaults(&mut self, defaults: &DefaultProducers) {
+        self.prefix.default.clone_from(&defaults.prefix);
+        self.inflight.default.clone_from(&defaults.inflight);
+        self.latency.default.clone_from(&defaults.latency);
+        self.encoder_cache.default.clone_from(&defaults.encoder_cache);
     }
+}
 
-    /// Latency predictions from `producer` (None = the default producer).
-    pub fn latency(&self, producer: Option<&str>) -> Option<&Arc<LatencyPredictions>> {
-        let name = producer.or(self.default_latency_producer.as_deref())?;
-        self.latency.iter().find(|(n, _)| &**n == name).map(|(_, m)| m)
-    }
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-    /// Encoder-cache matches from `producer` (None = the default producer).
-    pub fn encoder_cache(&self, producer: Option<&str>) -> Option<&Arc<EncoderCacheMatches>> {
-        let name = producer.or(self.default_encoder_cache_producer.as_deref())?;
-        self.encoder_cache.iter().find(|(n, _)| &**n == name).map(|(_, m)| m)
-    }
-
-    /// In-flight loads from `producer` (None = the default producer).
-    pub fn inflight(&self, producer: Option<&str>) -> Option<&Arc<InFlightLoads>> {
-        let name = producer.or(self.default_inflight_producer.as_deref())?;
-        self.inflight.iter().find(|(n, _)| &**n == name).map(|(_, m)| m)
+    #[test]
+    fn by_producer_answers_named_and_default_lookups() {
+        let mut by = ByProducer::with_default(Some("b".into()));
+        assert_eq!(by.get(None), None, "the default wrote nothing yet");
+        by.insert("a".into(), 1);
+        by.insert("b".into(), 2);
+        assert_eq!((by.get(Some("a")), by.get(None), by.get(Some("c"))), (Some(&1), Some(&2), None));
+        by.insert("a".into(), 3);
+        assert_eq!(by.iter().map(|(n, v)| (n.to_string(), *v)).collect::<Vec<_>>(), [("a".into(), 3), ("b".into(), 2)]);
+        let only = ByProducer::only("x", 7);
+        assert_eq!((only.get(None), only.default_producer().map(|n| &**n)), (Some(&7), Some("x")));
     }
 }

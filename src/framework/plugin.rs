@@ -1,7 +1,8 @@
 //! Plugin contracts: one trait per scheduling extension point (profile handler, filter,
 //! scorer, picker, data producer, admitter, pre-request hook, response hook, decider,
 //! background service, notification source) and the `PluginInstance` that records which roles
-//! one configured plugin fills. Flow Control's own extension points (fairness policy,
+//! one configured plugin fills, including the capabilities the asynchronous stage before a
+//! decision awaits (tokenize step, latency step, encoder-cache sizer). Flow Control's own extension points (fairness policy,
 //! saturation detector) live in `flowcontrol::policy` and are re-exported here. Every
 //! scheduling method is synchronous, takes `&self` and does no I/O: plugins read the request,
 //! the per-request data produced before scheduling, and the candidates' metric snapshots.
@@ -71,38 +72,37 @@ pub trait DataProducer: Send + Sync + fmt::Debug {
     }
     /// Writes its data for this request.
     fn produce(&self, request: &InferenceRequest, candidates: &[Candidate], data: &mut RequestData);
-    /// The asynchronous tokenize step this producer reads from, if any. The ext_proc stream
-    /// awaits it between parsing and the (synchronous) decision and stores the ids in
-    /// `InferenceRequest::tokens`; `produce` then only copies them.
-    fn tokenizer(&self) -> Option<&Arc<crate::tokenize::Tokenizer>> {
-        None
-    }
-    /// The latency predictor this producer reads from, if any. The ext_proc stream awaits
-    /// `Predictor::predict` for every candidate before the decision and stores the answer
-    /// in `InferenceRequest::predicted` under this producer's name.
-    fn predictor(&self) -> Option<&Arc<crate::latency::Predictor>> {
-        None
-    }
-    /// The encoder-cache producer whose sizes this producer's predictions use (latency
-    /// producer with `useEncoderCacheFeatures`): `Some(None)` = the default producer.
-    fn encoder_cache_binding(&self) -> Option<Option<PluginName>> {
-        None
-    }
-    /// Encoder-cache sizes of `candidates` for `request`, when this producer tracks encoder
-    /// caches (`mm-embeddings-cache-producer`). Read-only; called by the ext_proc stream
-    /// before the latency prediction.
-    fn encoder_cache_sizes(
-        &self,
-        _request: &InferenceRequest,
-        _candidates: &[Candidate],
-    ) -> Option<crate::latency::EncoderCacheSizes> {
-        None
-    }
     /// The KV-event prefix index this producer reads, when it owns one (the precise
     /// producer); lets in-process drivers such as the fleet simulator feed it events.
     fn kv_index(&self) -> Option<Arc<crate::kvcache::PrefixIndex>> {
         None
     }
+}
+
+/// Encoder-cache sizes for the latency predictor: what an encoder-cache tracker
+/// (`mm-embeddings-cache-producer`) knows before the decision. Read-only; called by
+/// `scheduling::stage` (phase 1), never by the scheduler.
+pub trait EncoderCacheSizer: Send + Sync + fmt::Debug {
+    /// The sizes of every candidate for this request. `data` holds what the tokenize step
+    /// reported (multimodal items).
+    fn encoder_cache_sizes(
+        &self,
+        request: &InferenceRequest,
+        data: &RequestData,
+        candidates: &[Candidate],
+    ) -> crate::latency::EncoderCacheSizes;
+}
+
+/// A latency predictor `scheduling::stage` awaits before the decision
+/// (`predicted-latency-producer`); its answer lands in `RequestData::predicted` under the
+/// plugin's name.
+#[derive(Clone, Debug)]
+pub struct LatencyStep {
+    /// The predictor.
+    pub predictor: Arc<crate::latency::Predictor>,
+    /// The encoder-cache sizer whose sizes the features use (`useEncoderCacheFeatures`):
+    /// `Some(None)` = the default encoder-cache producer, `None` = no encoder features.
+    pub encoder_cache: Option<Option<PluginName>>,
 }
 
 /// Decides, after the data producers ran and before any profile runs, whether a request may
@@ -229,6 +229,13 @@ pub struct PluginInstance {
     pub fairness: Option<Arc<dyn FairnessPolicy>>,
     /// Background work the app starts after loading (e.g. KV-event subscriptions).
     pub background: Option<Arc<dyn BackgroundService>>,
+    /// The asynchronous tokenize step `scheduling::stage` awaits before the decision (a
+    /// `token-producer` with a tokenizer backend); the first in producer order runs.
+    pub tokenize_step: Option<Arc<crate::tokenize::Tokenizer>>,
+    /// A latency prediction `scheduling::stage` awaits before the decision.
+    pub latency_step: Option<LatencyStep>,
+    /// Encoder-cache sizes a latency step may bind.
+    pub encoder_cache_sizer: Option<Arc<dyn EncoderCacheSizer>>,
     /// Request-parser role (named from `parser` / `requestHandler.parsers`).
     pub parser: Option<crate::request::parsers::ParserKind>,
     /// Kubernetes object notifications other plugins may subscribe to.
@@ -257,6 +264,9 @@ impl PluginInstance {
             admitter: None,
             fairness: None,
             background: None,
+            tokenize_step: None,
+            latency_step: None,
+            encoder_cache_sizer: None,
             parser: None,
             notification_source: None,
             passive: false,
@@ -326,6 +336,21 @@ impl PluginInstance {
     /// Adds a background service.
     pub fn with_background(mut self, p: Arc<dyn BackgroundService>) -> Self {
         self.background = Some(p);
+        self
+    }
+    /// Adds the tokenize step awaited before the decision.
+    pub fn with_tokenize_step(mut self, t: Arc<crate::tokenize::Tokenizer>) -> Self {
+        self.tokenize_step = Some(t);
+        self
+    }
+    /// Adds a latency prediction awaited before the decision.
+    pub fn with_latency_step(mut self, step: LatencyStep) -> Self {
+        self.latency_step = Some(step);
+        self
+    }
+    /// Adds the encoder-cache sizer a latency step may bind.
+    pub fn with_encoder_cache_sizer(mut self, p: Arc<dyn EncoderCacheSizer>) -> Self {
+        self.encoder_cache_sizer = Some(p);
         self
     }
     /// Adds the request-parser role.

@@ -44,6 +44,9 @@ pub struct KvCacheMetrics {
     /// `epp_kv_rejected_frames_total{reason}` (frame_too_large, message_too_large,
     /// too_many_frames): publisher connections dropped for crossing a wire limit.
     pub rejected_frames: IntCounterVec,
+    /// `epp_kv_connections_rejected_total{reason}` (limit): connections the central socket
+    /// closed on accept because it already held `maxConnections`.
+    pub connections_rejected: IntCounterVec,
     /// `epp_kv_receiver_restarts_total{task, cause}` (task = central | pod; cause = panic |
     /// error | exit): receive tasks restarted by their supervisor.
     pub receiver_restarts: IntCounterVec,
@@ -113,6 +116,11 @@ impl KvCacheMetrics {
             rejected_frames: counter_vec(
                 "epp_kv_rejected_frames_total",
                 "Publisher connections dropped for crossing a wire limit, by reason",
+                &["reason"],
+            )?,
+            connections_rejected: counter_vec(
+                "epp_kv_connections_rejected_total",
+                "Connections the central KV-event socket closed on accept, by reason (limit: maxConnections reached)",
                 &["reason"],
             )?,
             receiver_restarts: counter_vec(

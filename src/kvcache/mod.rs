@@ -21,12 +21,10 @@
 //! * [`subscriber`]: ZeroMQ sockets, topics, workers, replay.
 //! * [`drift`]: do published hashes match the configured vLLM hashing?
 //! * [`metrics`]: Prometheus series (`epp_kv_*`).
-//! * [`bench`]: workload replay behind `epp bench index`.
 //!
 //! Not here: tokenisation, scoring policy (plugins read [`EndpointMatch`]),
 //! endpoint discovery (the caller feeds a `watch` of [`KvEventSource`]).
 
-pub mod bench;
 pub mod decode;
 pub mod drift;
 pub mod encode;
@@ -39,7 +37,6 @@ pub mod sequence;
 pub mod speculative;
 pub mod subscriber;
 
-pub use bench::{BenchError, IndexBenchReport, ReplayKeys, run_index_bench};
 pub use decode::{DecodeError, decode_batch};
 pub use drift::{DriftConfig, DriftDetector};
 pub use encode::encode_batch;

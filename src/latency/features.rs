@@ -35,8 +35,8 @@ pub const SLO_TPOT_HEADERS: &[&str] = &["x-slo-tpot-ms", "x-llm-d-slo-tpot-ms"];
 
 /// Prompt length in tokens: the tokenize step's count, else GIE's estimate (body bytes / 4,
 /// at least 1).
-pub fn input_tokens(request: &InferenceRequest) -> u64 {
-    match &request.tokens {
+pub fn input_tokens(request: &InferenceRequest, tokens: Option<&[u32]>) -> u64 {
+    match tokens {
         Some(t) => t.len() as u64,
         None => (request.body_len as u64 / 4).max(1),
     }

@@ -83,18 +83,20 @@ impl Predictor {
     }
 
     /// Predictions for every candidate, or `None` (counted) when the servers did not answer
-    /// in time or answered nonsense. `encoder`: the candidates' encoder-cache sizes when the
+    /// in time or answered nonsense. `tokens`: the tokenize step's ids, when it ran (else
+    /// the prompt length is estimated from the body size). `encoder`: the candidates' encoder-cache sizes when the
     /// producer uses encoder features (sent as `encoder_input_size` / `encoder_matched_size`).
     pub async fn predict(
         &self,
         request: &InferenceRequest,
+        tokens: Option<&[u32]>,
         candidates: &[Candidate],
         encoder: Option<&EncoderCacheSizes>,
     ) -> Option<Arc<Predicted>> {
         if candidates.is_empty() || self.urls.is_empty() {
             return None;
         }
-        let tokens = features::input_tokens(request);
+        let tokens = features::input_tokens(request, tokens);
         let asked: Vec<Features> = candidates
             .iter()
             .map(|c| {

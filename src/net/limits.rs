@@ -80,6 +80,10 @@ pub struct LimitArgs {
     /// further connections when it needs more.
     #[arg(long, default_value_t = 1024)]
     pub max_concurrent_streams: u32,
+    /// An ext_proc stream on which the client sends nothing while epp has nothing of it in
+    /// hand for this long ends with DEADLINE_EXCEEDED (0 = never; docs/security.md).
+    #[arg(long, default_value = "5m", value_parser = parse_go_duration)]
+    pub idle_stream_timeout: Duration,
 }
 
 impl Default for LimitArgs {
@@ -95,6 +99,11 @@ impl Default for LimitArgs {
 }
 
 impl LimitArgs {
+    /// `--idle-stream-timeout` (`None`: off).
+    pub fn idle_stream_timeout(&self) -> Option<Duration> {
+        Some(self.idle_stream_timeout).filter(|d| !d.is_zero())
+    }
+
     /// The runtime limits.
     pub fn limits(&self) -> Limits {
         let nonzero = |d: Duration| Some(d).filter(|d| !d.is_zero());
@@ -129,6 +138,9 @@ mod tests {
         assert_eq!(l.admin.max_connections, 64);
         assert_eq!(l.http2_keepalive_interval, Some(Duration::from_secs(30)));
         assert_eq!(l.max_concurrent_streams, Some(1024));
+        let args = LimitArgs::default();
+        assert_eq!(args.idle_stream_timeout(), Some(Duration::from_secs(300)));
+        assert_eq!(LimitArgs { idle_stream_timeout: Duration::ZERO, ..args }.idle_stream_timeout(), None);
     }
 
     #[test]

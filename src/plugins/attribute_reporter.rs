@@ -22,9 +22,9 @@ use prometheus::IntCounter;
 use serde::Deserialize;
 use tracing::debug;
 
-use super::registry::{BuildContext, BuildError, PluginSpec, decode_params};
-use super::{PluginInstance, ResponseHook};
 use crate::cel::{Program, Value};
+use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
+use crate::framework::plugin::{PluginInstance, ResponseHook};
 use crate::framework::result::{MetadataEdits, SchedulingResult};
 use crate::request::InferenceRequest;
 use crate::request::usage::Usage;

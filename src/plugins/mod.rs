@@ -1,7 +1,6 @@
 //! The plugin implementations, one module per kind, and the catalogue (`registry`) that names
-//! them all. The contracts they implement live in `framework` (re-exported here so
-//! `plugins::Scorer`-style paths keep working); plugins depend on the framework, never on the
-//! scheduler.
+//! them all. The contracts they implement live in `framework`; plugins depend on the
+//! framework, never on the scheduler.
 
 pub mod admitter;
 pub mod attribute_reporter;
@@ -17,5 +16,3 @@ pub mod registry;
 pub mod request_parser;
 pub mod scorer;
 pub mod served_verifier;
-
-pub use crate::framework::plugin::*;

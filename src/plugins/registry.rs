@@ -11,9 +11,7 @@ use super::{
     admitter, attribute_reporter, datalayer, decider, fairness, filter, picker, producer, profile_handler,
     request_parser, scorer, served_verifier,
 };
-// The build vocabulary moved to `framework::build`; re-exported so `plugins::registry::X`
-// paths keep working.
-pub use crate::framework::build::{BuildContext, BuildError, PluginMetrics, PluginSpec, de_duration, decode_params};
+use crate::framework::build::{BuildContext, BuildError, PluginSpec};
 use crate::framework::plugin::PluginInstance;
 
 /// Factory signature.

@@ -6,9 +6,10 @@
 //! [`ParserSet`](crate::request::parsers::ParserSet); the parsing itself lives in
 //! `request::parsers`.
 
-use crate::plugins::PluginInstance;
+use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
+use crate::framework::plugin::PluginInstance;
 use crate::plugins::producer::passive::NoParams;
-use crate::plugins::registry::{BuildContext, BuildError, Factory, PluginSpec, decode_params};
+use crate::plugins::registry::Factory;
 use crate::request::parsers::ParserKind;
 
 fn build(spec: &PluginSpec, _: &BuildContext) -> Result<PluginInstance, BuildError> {

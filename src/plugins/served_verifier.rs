@@ -11,9 +11,9 @@
 use std::sync::Arc;
 
 use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
+use crate::framework::plugin::{PluginInstance, ResponseHook};
 use crate::framework::result::{HeaderEdits, SchedulingResult};
 use crate::plugins::producer::passive::NoParams;
-use crate::plugins::{PluginInstance, ResponseHook};
 use crate::request::usage::Usage;
 use crate::request::{InferenceRequest, ServedEndpoint};
 

@@ -32,13 +32,6 @@ pub struct InferenceRequest {
     pub body_len: usize,
     /// Priority from the objective (negative = sheddable).
     pub priority: i32,
-    /// Token ids computed by the asynchronous tokenize step before the decision (see
-    /// `tokenize::Tokenizer`); `None` when no tokenizer backend is configured, the prompt
-    /// kind is not supported, or tokenization missed its deadline.
-    pub tokens: Option<std::sync::Arc<[u32]>>,
-    /// Multimodal items as the tokenize step's backend reported them (vLLM render
-    /// `features`), with their encoder output sizes; `None` when no backend reported any.
-    pub mm_items: Option<std::sync::Arc<[multimodal::MediaItem]>>,
     /// What the gateway's response-headers message said about the endpoint that served the
     /// request (`envoy.lb` metadata); set just before the response hooks run.
     pub served: ServedEndpoint,

@@ -4,20 +4,21 @@
 //! returns the decision with the header edits. Synchronous, no I/O; safe to call from many
 //! threads at once.
 
+use crate::objectives::ObjectiveStore;
 use std::sync::Arc;
 use std::time::Instant;
 
 use super::metrics::{AdmissionCounters, SchedulerMetrics};
 use super::profile::{Profile, ProfileFailure, Slot};
+use super::stage::Stage;
 use crate::endpoints::model::Candidate;
 use crate::framework::ScheduleError;
 use crate::framework::context::SchedulingContext;
-use crate::framework::data::RequestData;
-use crate::framework::plugin::{
-    Admitter, DataProducer, PluginName, PreRequest, ProfileHandler, ResponseHook, SaturationDetector,
-};
+use crate::framework::data::{DefaultProducers, RequestData};
+use crate::framework::plugin::{Admitter, DataProducer, PreRequest, ProfileHandler, ResponseHook, SaturationDetector};
 use crate::framework::result::{HeaderEdits, ProfileResults, SchedulingResult};
 use crate::request::InferenceRequest;
+use crate::request::parsers::ParserSet;
 
 /// A decision and everything computed on the way.
 #[derive(Clone, Debug)]
@@ -39,9 +40,10 @@ pub struct AdmitterSlot {
     pub counters: AdmissionCounters,
 }
 
-/// The immutable scheduling pipeline.
+/// Everything a [`Scheduler`] is built from (the config loader fills it); one value, so
+/// a scheduler is complete the moment it exists.
 #[derive(Debug)]
-pub struct Scheduler {
+pub struct SchedulerParts {
     /// The profile handler.
     pub handler: Slot<dyn ProfileHandler>,
     /// Profiles by name, in declaration order.
@@ -54,14 +56,8 @@ pub struct Scheduler {
     pub pre_request: Vec<Slot<dyn PreRequest>>,
     /// Response hooks.
     pub response: Vec<Arc<dyn ResponseHook>>,
-    /// Default prefix producer (answers consumers that name none).
-    pub default_prefix_producer: Option<PluginName>,
-    /// Default in-flight producer.
-    pub default_inflight_producer: Option<PluginName>,
-    /// Default latency producer (set after `new` by the config builder).
-    pub default_latency_producer: Option<PluginName>,
-    /// Default encoder-cache producer (set after `new` by the config builder).
-    pub default_encoder_cache_producer: Option<PluginName>,
+    /// The producer that answers, per data kind, for consumers that name none.
+    pub defaults: DefaultProducers,
     /// Metric handles.
     pub metrics: SchedulerMetrics,
     /// Saturation detector: sheds sheddable requests (legacy rule) or drives Flow Control.
@@ -70,46 +66,138 @@ pub struct Scheduler {
     /// Control admits requests instead.
     pub legacy_shedding: bool,
     /// Objective priorities (InferenceObjective objects, else `--objective`) and model
-    /// rewrites; the request's objective header selects a priority, negative = sheddable.
-    pub objectives: crate::objectives::ObjectiveStore,
+    /// rewrites (InferenceModelRewrite objects); the request's objective header selects a
+    /// priority, negative = sheddable.
+    pub objectives: ObjectiveStore,
     /// The request parsers the config selects (`parser` / `requestHandler.parsers`); the
     /// stream parses each body with the one its path resolves to.
-    pub parsers: crate::request::parsers::ParserSet,
+    pub parsers: ParserSet,
+    /// What the asynchronous stage before the decision awaits.
+    pub stage: Stage,
+}
+
+/// The immutable scheduling pipeline, built once from [`SchedulerParts`]; shared between
+/// requests through a [`super::handle::SchedulerHandle`].
+#[derive(Debug)]
+pub struct Scheduler {
+    handler: Slot<dyn ProfileHandler>,
+    profiles: Vec<Profile>,
+    producers: Vec<Slot<dyn DataProducer>>,
+    admitters: Vec<AdmitterSlot>,
+    pre_request: Vec<Slot<dyn PreRequest>>,
+    response: Vec<Arc<dyn ResponseHook>>,
+    defaults: DefaultProducers,
+    metrics: SchedulerMetrics,
+    saturation: Option<Arc<dyn SaturationDetector>>,
+    legacy_shedding: bool,
+    objectives: ObjectiveStore,
+    parsers: ParserSet,
+    stage: Stage,
     profile_names: Vec<Arc<str>>,
 }
 
 impl Scheduler {
-    /// Assembles a scheduler (the config builder is the usual caller).
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        handler: Slot<dyn ProfileHandler>,
-        profiles: Vec<Profile>,
-        producers: Vec<Slot<dyn DataProducer>>,
-        pre_request: Vec<Slot<dyn PreRequest>>,
-        response: Vec<Arc<dyn ResponseHook>>,
-        default_prefix_producer: Option<PluginName>,
-        default_inflight_producer: Option<PluginName>,
-        metrics: SchedulerMetrics,
-    ) -> Self {
+    /// A scheduler from its parts.
+    pub fn new(parts: SchedulerParts) -> Self {
+        let SchedulerParts {
+            handler,
+            profiles,
+            producers,
+            admitters,
+            pre_request,
+            response,
+            defaults,
+            metrics,
+            saturation,
+            legacy_shedding,
+            objectives,
+            parsers,
+            stage,
+        } = parts;
         let profile_names = profiles.iter().map(|p| p.name.clone()).collect();
         Self {
             handler,
             profiles,
             producers,
-            admitters: Vec::new(),
+            admitters,
             pre_request,
             response,
-            default_prefix_producer,
-            default_inflight_producer,
-            default_latency_producer: None,
-            default_encoder_cache_producer: None,
+            defaults,
             metrics,
-            saturation: None,
-            legacy_shedding: true,
-            objectives: crate::objectives::ObjectiveStore::default(),
-            parsers: crate::request::parsers::ParserSet::default(),
+            saturation,
+            legacy_shedding,
+            objectives,
+            parsers,
+            stage,
             profile_names,
         }
+    }
+
+    /// The same scheduler with `objectives` (priorities and model rewrites) replacing the
+    /// config's; for the app, before the scheduler is shared.
+    pub fn with_objectives(mut self, objectives: ObjectiveStore) -> Self {
+        self.objectives = objectives;
+        self
+    }
+
+    /// The profile handler.
+    pub fn handler(&self) -> &Slot<dyn ProfileHandler> {
+        &self.handler
+    }
+
+    /// Profiles in declaration order.
+    pub fn profiles(&self) -> &[Profile] {
+        &self.profiles
+    }
+
+    /// Data producers in run order.
+    pub fn producers(&self) -> &[Slot<dyn DataProducer>] {
+        &self.producers
+    }
+
+    /// Admitters in declaration order.
+    pub fn admitters(&self) -> &[AdmitterSlot] {
+        &self.admitters
+    }
+
+    /// Pre-request hooks.
+    pub fn pre_request(&self) -> &[Slot<dyn PreRequest>] {
+        &self.pre_request
+    }
+
+    /// Response hooks (the stream calls them on the response path).
+    pub fn response_hooks(&self) -> &[Arc<dyn ResponseHook>] {
+        &self.response
+    }
+
+    /// The default producer of each data kind.
+    pub fn defaults(&self) -> &DefaultProducers {
+        &self.defaults
+    }
+
+    /// The saturation detector, when one is configured.
+    pub fn saturation(&self) -> Option<&Arc<dyn SaturationDetector>> {
+        self.saturation.as_ref()
+    }
+
+    /// True when the legacy shedding rule applies (no Flow Control).
+    pub fn legacy_shedding(&self) -> bool {
+        self.legacy_shedding
+    }
+
+    /// The configured request parsers.
+    pub fn parsers(&self) -> &ParserSet {
+        &self.parsers
+    }
+
+    /// Objective priorities and model rewrites.
+    pub fn objectives(&self) -> &ObjectiveStore {
+        &self.objectives
+    }
+
+    /// What the asynchronous stage before the decision awaits.
+    pub fn stage(&self) -> &Stage {
+        &self.stage
     }
 
     /// The request's priority: its objective's (`objectives`), else `request.priority`.
@@ -124,10 +212,7 @@ impl Scheduler {
 
     /// Runs the data producers over `data` whose phase 1 (`scheduling::stage`) is filled.
     fn produce_into(&self, request: &InferenceRequest, candidates: &[Candidate], mut data: RequestData) -> RequestData {
-        data.default_prefix_producer = self.default_prefix_producer.clone();
-        data.default_inflight_producer = self.default_inflight_producer.clone();
-        data.default_latency_producer = self.default_latency_producer.clone();
-        data.default_encoder_cache_producer = self.default_encoder_cache_producer.clone();
+        data.set_defaults(&self.defaults);
         for p in &self.producers {
             let start = Instant::now();
             p.plugin.produce(request, candidates, &mut data);
@@ -243,8 +328,9 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
+    use crate::framework::build::{BuildContext, BuildError, PluginSpec};
     use crate::framework::plugin::{Admitter, PluginInstance};
-    use crate::plugins::registry::{BuildContext, BuildError, PluginSpec, builtin};
+    use crate::plugins::registry::builtin;
     use crate::test_util::{chat_request, endpoint};
 
     /// Admits or denies everything.

@@ -1,11 +1,13 @@
 //! The asynchronous stage before a decision, called once per request by the ext_proc stream:
 //! everything the synchronous scheduler needs awaited first. In order: the tokenize step
-//! (token ids and multimodal items into the request), Flow Control admission (gate
-//! `flowControl`; layer 0, so predictions made after a queue wait reflect the load at
-//! dispatch), then the encoder-cache sizes and latency predictions of every
-//! `predicted-latency-producer`. The predictions are phase 1 of the request's `RequestData`;
-//! the data producers fill phase 2 in `Scheduler::schedule_with`. Each step is bounded by its
-//! own deadline; a step that misses it leaves its data absent.
+//! (token ids and multimodal items), Flow Control admission (gate `flowControl`; layer 0, so
+//! predictions made after a queue wait reflect the load at dispatch), then the encoder-cache
+//! sizes and latency predictions of every `predicted-latency-producer`. What it awaits is a
+//! [`Stage`] the config loader builds from the plugins' stage capabilities
+//! (`PluginInstance::{tokenize_step, latency_step, encoder_cache_sizer}`); its results are
+//! phase 1 of the request's `RequestData`, and the data producers fill phase 2 in
+//! `Scheduler::schedule_with`. Each step is bounded by its own deadline; a step that misses
+//! it leaves its data absent.
 
 use std::sync::Arc;
 
@@ -14,10 +16,31 @@ use bytes::Bytes;
 use super::scheduler::Scheduler;
 use crate::endpoints::store::EndpointStore;
 use crate::flowcontrol::{DEFAULT_FLOW, FlowController, FlowRequest, Outcome, slo_ttft};
-use crate::framework::data::RequestData;
-use crate::framework::plugin::PluginName;
-use crate::latency::Predicted;
+use crate::framework::data::{ByProducer, RequestData};
+use crate::framework::plugin::{EncoderCacheSizer, PluginName};
+use crate::latency::Predictor;
 use crate::request::InferenceRequest;
+use crate::tokenize::Tokenizer;
+
+/// What the stage before a decision awaits, resolved once when the config loads.
+#[derive(Clone, Debug, Default)]
+pub struct Stage {
+    /// The tokenize step (the first producer's, in producer order, that has one).
+    pub tokenizer: Option<Arc<Tokenizer>>,
+    /// Latency predictions, in producer order.
+    pub predictors: Vec<StagePredictor>,
+}
+
+/// One latency prediction the stage awaits.
+#[derive(Clone, Debug)]
+pub struct StagePredictor {
+    /// The producer instance whose `RequestData::predicted` entry the answer becomes.
+    pub producer: PluginName,
+    /// The predictor.
+    pub predictor: Arc<Predictor>,
+    /// The encoder-cache sizes the features use (`useEncoderCacheFeatures`), when bound.
+    pub encoder_cache: Option<Arc<dyn EncoderCacheSizer>>,
+}
 
 /// Runs the stage for one parsed request. `tokenize_input` gives the OpenAI-style JSON a
 /// rendering tokenizer reads (called only when a tokenizer runs). `Err` is the Flow Control
@@ -26,28 +49,29 @@ pub async fn before_decision(
     scheduler: &Scheduler,
     flow_control: Option<&FlowController>,
     store: &EndpointStore,
-    request: &mut InferenceRequest,
+    request: &InferenceRequest,
     tokenize_input: impl FnOnce() -> Bytes,
 ) -> Result<RequestData, Outcome> {
-    tokenize(scheduler, request, tokenize_input).await;
+    let stage = scheduler.stage();
+    let mut data = RequestData::default();
+    tokenize(stage, request, &mut data, tokenize_input).await;
     if let Some(controller) = flow_control {
         match controller.enqueue_and_wait(flow_request(scheduler, request)).await {
             Outcome::Dispatched => {}
             ended => return Err(ended),
         }
     }
-    Ok(RequestData { predicted: predict_latency(scheduler, store, request).await, ..RequestData::default() })
+    data.predicted = predict_latency(stage, store, request, &data).await;
+    Ok(data)
 }
 
-/// The tokenize step of the first producer that has one.
-async fn tokenize(scheduler: &Scheduler, request: &mut InferenceRequest, input: impl FnOnce() -> Bytes) {
-    let Some(tokenizer) = scheduler.producers.iter().find_map(|s| s.plugin.tokenizer().cloned()) else {
-        return;
-    };
+/// The tokenize step, when the config has one.
+async fn tokenize(stage: &Stage, request: &InferenceRequest, data: &mut RequestData, input: impl FnOnce() -> Bytes) {
+    let Some(tokenizer) = &stage.tokenizer else { return };
     let Some(parsed) = &request.body else { return };
     if let Some(t) = tokenizer.tokenize_full(&request.target_model, parsed, input()).await {
-        request.tokens = Some(t.ids);
-        request.mm_items = t.media;
+        data.tokens = Some(t.ids);
+        data.mm_items = t.media;
     }
 }
 
@@ -65,32 +89,26 @@ fn flow_request(scheduler: &Scheduler, request: &InferenceRequest) -> FlowReques
 
 /// Awaits every latency predictor (bounded by its own deadline) for all endpoints.
 async fn predict_latency(
-    scheduler: &Scheduler,
+    stage: &Stage,
     store: &EndpointStore,
     request: &InferenceRequest,
-) -> Vec<(PluginName, Arc<Predicted>)> {
-    if !scheduler.producers.iter().any(|s| s.plugin.predictor().is_some()) {
-        return Vec::new();
+    data: &RequestData,
+) -> ByProducer<Arc<crate::latency::Predicted>> {
+    let mut predicted = ByProducer::default();
+    if stage.predictors.is_empty() {
+        return predicted;
     }
     let candidates = store.candidates();
-    let encoder_sizes = |binding: Option<PluginName>| {
-        let name = binding.or_else(|| scheduler.default_encoder_cache_producer.clone())?;
-        let source = scheduler.producers.iter().find(|s| s.name == name)?;
-        source.plugin.encoder_cache_sizes(request, &candidates)
-    };
-    let predictors: Vec<_> = scheduler
-        .producers
+    // Every size is read before the first await: all predictions see one snapshot.
+    let sizes: Vec<_> = stage
+        .predictors
         .iter()
-        .filter_map(|s| {
-            let predictor = s.plugin.predictor()?.clone();
-            let sizes = s.plugin.encoder_cache_binding().and_then(encoder_sizes);
-            Some((s.name.clone(), predictor, sizes))
-        })
+        .map(|step| step.encoder_cache.as_ref().map(|sizer| sizer.encoder_cache_sizes(request, data, &candidates)))
         .collect();
-    let mut predicted = Vec::new();
-    for (name, predictor, sizes) in predictors {
-        if let Some(p) = predictor.predict(request, &candidates, sizes.as_ref()).await {
-            predicted.push((name, p));
+    for (step, sizes) in stage.predictors.iter().zip(sizes) {
+        let tokens = data.tokens.as_deref();
+        if let Some(p) = step.predictor.predict(request, tokens, &candidates, sizes.as_ref()).await {
+            predicted.insert(step.producer.clone(), p);
         }
     }
     predicted

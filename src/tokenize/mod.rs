@@ -2,14 +2,14 @@
 //!
 //! Data flow:
 //! ```text
-//! extproc::stream --ParsedBody + body bytes--> Tokenizer::tokenize (async, with deadline)
+//! scheduling::stage --ParsedBody + body bytes--> Tokenizer::tokenize (async, with deadline)
 //!     local: BlockingPool -> LocalModel (tokenizer.json + chat template, PrefixCache)
 //!     vllm:  RenderClient -> POST {url}/v1/{chat/}completions/render
-//!   --Option<Tokenized>--> InferenceRequest::tokens (+ mm_items) --> token-producer copies
-//!   the ids into RequestData::tokens inside Scheduler::schedule (no I/O there)
+//!   --Option<Tokenized>--> RequestData::tokens (+ mm_items), phase 1; the scheduler's
+//!   producers read them inside Scheduler::schedule (no I/O there)
 //! ```
-//! Scheduling plugins stay synchronous and I/O-free: the stream awaits [`Tokenizer::tokenize`]
-//! between parsing and scheduling. CPU work runs on a bounded blocking pool, HTTP on the
+//! Scheduling plugins stay synchronous and I/O-free: the stage before the decision awaits
+//! [`Tokenizer::tokenize`] between parsing and scheduling. CPU work runs on a bounded blocking pool, HTTP on the
 //! async runtime; both under a deadline (`timeout`, or `mmTimeout` for requests with media
 //! parts). A miss (deadline, error, unsupported prompt, unknown model) returns `None`, is
 //! counted in `llm_d_epp_tokenize_total{outcome}`, and the request is still routed, only

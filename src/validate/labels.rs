@@ -16,10 +16,11 @@ use serde_yaml::Value;
 
 use super::{Finding, at};
 use crate::endpoints::model::{Candidate, Endpoint, MetricsState, ROLE_LABEL};
+use crate::framework::build::{BuildContext, PluginSpec};
 use crate::framework::context::SchedulingContext;
 use crate::framework::data::RequestData;
 use crate::plugins::filter::{by_label, label_selector, role};
-use crate::plugins::registry::{BuildContext, PluginSpec, builtin};
+use crate::plugins::registry::builtin;
 use crate::request::InferenceRequest;
 
 const INLINE: &str = "spec.router.scheduler.config.inline";

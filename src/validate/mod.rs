@@ -15,7 +15,9 @@ pub mod vllm;
 use serde::{Deserialize, Serialize};
 use serde_yaml::Value;
 
-use crate::plugins::registry::{BuildContext, builtin};
+use crate::framework::build::BuildContext;
+
+use crate::plugins::registry::builtin;
 use crate::scheduling::metrics::SchedulerMetrics;
 
 /// How bad a finding is.

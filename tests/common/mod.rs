@@ -198,7 +198,8 @@ impl TestEpp {
 /// One ext_proc stream driven like Envoy.
 pub struct Exchange {
     tx: mpsc::Sender<ProcessingRequest>,
-    rx: tonic::Streaming<ProcessingResponse>,
+    /// The server's replies (and the status the stream ends with).
+    pub rx: tonic::Streaming<ProcessingResponse>,
 }
 
 impl Exchange {

@@ -42,7 +42,10 @@ impl EppProcess {
             format!("--metrics-port={metrics}"),
             "--bind-address=127.0.0.1".to_string(),
         ]);
-        let mut command = Command::new(env!("CARGO_BIN_EXE_epp"));
+        // `option_env!`: crates/epp-tools' tests include these helpers too and have no `epp`
+        // binary of their own (they never start one this way; `epp` on PATH would be used).
+        let binary = option_env!("CARGO_BIN_EXE_epp").unwrap_or("epp");
+        let mut command = Command::new(binary);
         command.args(&all).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
         command.env_remove("RUST_LOG").env_remove("KUBECONFIG").env_remove("NAMESPACE");
         for (k, v) in env {

@@ -28,7 +28,7 @@ impl StreamProcessor {
         let mut edits = HeaderEdits::default();
         if let Some(s) = &self.scheduled {
             if let Some(result) = &s.result {
-                for hook in &self.shared.scheduler.load().response {
+                for hook in self.scheduler.response_hooks() {
                     hook.on_response_headers(&s.request, result, status);
                     hook.edit_response_headers(&s.request, result, &mut edits);
                 }
@@ -54,7 +54,7 @@ impl StreamProcessor {
         if !self.first_response_chunk_seen {
             self.first_response_chunk_seen = true;
             if let Some(Scheduled { request, result: Some(result) }) = &self.scheduled {
-                for hook in &self.shared.scheduler.load().response {
+                for hook in self.scheduler.response_hooks() {
                     hook.on_first_response_chunk(request, result);
                 }
             }
@@ -125,7 +125,7 @@ impl StreamProcessor {
         let Some(Scheduled { request, result: Some(result) }) = &self.scheduled else { return };
         let usage = self.response_usage();
         let mut edits = MetadataEdits::default();
-        for hook in &self.shared.scheduler.load().response {
+        for hook in self.scheduler.response_hooks() {
             hook.response_metadata(request, result, usage.as_ref(), &mut edits);
         }
         if !edits.is_empty() {
@@ -149,7 +149,7 @@ impl StreamProcessor {
         let Some(s) = &self.scheduled else { return };
         let usage = self.response_usage();
         if let Some(result) = &s.result {
-            for hook in &self.shared.scheduler.load().response {
+            for hook in self.scheduler.response_hooks() {
                 hook.on_response_complete(&s.request, result, usage.as_ref());
             }
             self.shared.metrics.finished(

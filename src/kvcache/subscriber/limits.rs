@@ -1,5 +1,6 @@
 //! Wire limits of the KV-event sockets: how large a frame, a message and a
-//! multipart message's frame count a publisher may send.
+//! multipart message's frame count a publisher may send, how long it may take for
+//! the ZMTP handshake, and how many publishers the central bound socket holds.
 //!
 //! Enforced by the patched `zeromq` decoder (vendor/zeromq, see its
 //! README-EPP.md) when a frame header is read, before anything is reserved for
@@ -23,6 +24,13 @@
 //! that extreme and about 400x over the default engine settings. Live
 //! messages have 3 frames and replay replies 4; 8 leaves room without letting
 //! a peer pile up empty frames.
+//!
+//! Connection cap (central socket only, `maxConnections`): every vLLM engine
+//! (pod x data-parallel rank) holds one connection, so 256 serves pools of up to
+//! 256 publishers; each connection may buffer up to about 2 x `maxMessageBytes`,
+//! so the cap also bounds the socket's worst-case memory. Connections over it are
+//! closed on accept (vendor/zeromq `AcceptLimit`) and counted in
+//! `epp_kv_connections_rejected_total{reason="limit"}`.
 
 use std::time::Duration;
 
@@ -34,9 +42,12 @@ pub const DEFAULT_MAX_BYTES: usize = 64 << 20;
 pub const DEFAULT_MAX_FRAMES: usize = 8;
 /// Default handshake bound: greeting and READY within 10 s of the TCP connection.
 pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default `maxConnections` of the central socket.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
 
-/// Bounds on what one publisher connection may send (`kvEventsConfig`
-/// `maxFrameBytes`, `maxMessageBytes`, `maxFramesPerMessage`).
+/// Bounds on what one publisher connection may send and on the connections held
+/// (`kvEventsConfig` `maxFrameBytes`, `maxMessageBytes`, `maxFramesPerMessage`,
+/// `handshakeTimeout`, `maxConnections`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WireLimits {
     /// Largest frame (also bounds ZMTP command frames), in bytes.
@@ -48,6 +59,9 @@ pub struct WireLimits {
     /// Time a peer has to complete the ZMTP handshake (accepted connections are dropped
     /// after it; a connect attempt fails and is retried).
     pub handshake_timeout: Duration,
+    /// Most connections the central bound socket holds at once (handshaking or connected);
+    /// more are closed on accept. Connecting sockets (pod discovery, replay) hold one each.
+    pub max_connections: usize,
 }
 
 impl Default for WireLimits {
@@ -57,6 +71,7 @@ impl Default for WireLimits {
             max_message_bytes: DEFAULT_MAX_BYTES,
             max_frames_per_message: DEFAULT_MAX_FRAMES,
             handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
         }
     }
 }

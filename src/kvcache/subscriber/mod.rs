@@ -18,7 +18,10 @@
 //! Hostile peers: every socket enforces [`WireLimits`] (`maxFrameBytes`,
 //! `maxMessageBytes`, `maxFramesPerMessage`) before anything is allocated for
 //! a frame, drops only the offending connection and counts it
-//! (`epp_kv_rejected_frames_total`); every receive task runs under a
+//! (`epp_kv_rejected_frames_total`); a handshake is bounded by
+//! `handshakeTimeout`; the central socket holds at most `maxConnections`
+//! connections and closes more on accept
+//! (`epp_kv_connections_rejected_total`); every receive task runs under a
 //! supervisor that restarts it after a panic or an error (`supervise`). The
 //! limits live in the ZMTP decoder of the `zeromq` crate, so epp carries a
 //! patched fork of zeromq 0.6.0 in `vendor/zeromq` (`[patch.crates-io]`;
@@ -38,7 +41,9 @@ mod wire;
 mod worker;
 
 pub use frames::{FrameError, Frames, Topic, parse as parse_frames, topic as parse_topic};
-pub use limits::{DEFAULT_MAX_BYTES, DEFAULT_MAX_FRAMES, WireLimits};
+pub use limits::{
+    DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_MAX_BYTES, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_FRAMES, WireLimits,
+};
 pub use replay::{ReplayError, ReplayTimeouts, fetch as fetch_replay};
 pub use wire::{DecodeSummary, decode_stream as decode_zmtp_stream};
 
@@ -195,11 +200,12 @@ impl Subscriber {
         let attribution = Arc::new(ArcSwap::from_pointee(Attribution::new()));
         let mut central = None;
         if let Some(ep) = config.zmq_endpoint.as_deref().filter(|e| !e.is_empty()) {
-            let bound = socket::bind_central(ep, &config.topic_filter, &config.limits).await.inspect_err(|e| {
-                if matches!(e, SubscriberError::Bind { .. }) {
-                    metrics.zmq_errors.with_label_values(&["bind"]).inc();
-                }
-            })?;
+            let bound =
+                socket::bind_central(ep, &config.topic_filter, &config.limits, &metrics).await.inspect_err(|e| {
+                    if matches!(e, SubscriberError::Bind { .. }) {
+                        metrics.zmq_errors.with_label_values(&["bind"]).inc();
+                    }
+                })?;
             tracing::info!(endpoint = %bound.bound, "KV event central socket bound");
             central = Some(bound.bound.clone());
             let run = socket::run_central(bound, intake.clone(), attribution.clone(), cancel.clone());

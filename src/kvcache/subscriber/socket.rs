@@ -22,7 +22,7 @@ use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio_stream::StreamExt;
 use tokio_util::sync::CancellationToken;
-use zeromq::{Socket, SocketEvent, SocketRecv, SubSocket};
+use zeromq::{AcceptLimit, Socket, SocketEvent, SocketRecv, SubSocket};
 
 use super::frames::{self, pod_address, topic};
 use super::limits::{WireLimits, rejection_reason};
@@ -144,9 +144,17 @@ pub struct Central {
 /// A socket's monitor stream.
 type Monitor = std::pin::Pin<Box<dyn tokio_stream::Stream<Item = SocketEvent> + Send>>;
 
-/// Creates the central SUB socket (with the wire limits), subscribes and binds it at `endpoint`.
-pub async fn bind_central(endpoint: &str, topic_filter: &str, limits: &WireLimits) -> Result<Central, SubscriberError> {
-    let mut sock = SubSocket::with_options(limits.socket_options());
+/// Creates the central SUB socket (with the wire limits and the connection cap, whose
+/// rejections are counted in `metrics`), subscribes and binds it at `endpoint`.
+pub async fn bind_central(
+    endpoint: &str,
+    topic_filter: &str,
+    limits: &WireLimits,
+    metrics: &KvCacheMetrics,
+) -> Result<Central, SubscriberError> {
+    let mut options = limits.socket_options();
+    options.accept_limit(connection_cap(limits.max_connections, metrics));
+    let mut sock = SubSocket::with_options(options);
     let monitor: Monitor = Box::pin(sock.monitor());
     sock.subscribe(topic_filter)
         .await
@@ -156,6 +164,21 @@ pub async fn bind_central(endpoint: &str, topic_filter: &str, limits: &WireLimit
     let bound =
         sock.bind(&bind_at).await.map_err(|source| SubscriberError::Bind { endpoint: endpoint.to_owned(), source })?;
     Ok(Central { sock, monitor, bound: bound.to_string() })
+}
+
+/// The central socket's cap of `max` connections: each one closed over it is counted in
+/// `epp_kv_connections_rejected_total{reason="limit"}`, logged at warn the first time and at
+/// debug afterwards (a flood of connections must not flood the log).
+fn connection_cap(max: usize, metrics: &KvCacheMetrics) -> Arc<AcceptLimit> {
+    let rejected = metrics.connections_rejected.with_label_values(&["limit"]);
+    AcceptLimit::new(max, move |peer| {
+        if rejected.get() == 0 {
+            tracing::warn!(%peer, max, "KV event connection closed: maxConnections reached");
+        } else {
+            tracing::debug!(%peer, max, "KV event connection closed: maxConnections reached");
+        }
+        rejected.inc();
+    })
 }
 
 /// Reads the central bound socket until cancelled, under supervision: a failed incarnation
@@ -176,7 +199,7 @@ pub async fn run_central(
             let Central { mut sock, monitor, .. } = match sock {
                 Some(s) => s,
                 None => {
-                    let rebound = bind_central(&bound, &intake.topic_filter, &intake.limits).await;
+                    let rebound = bind_central(&bound, &intake.topic_filter, &intake.limits, &intake.metrics).await;
                     rebound.map_err(|e| {
                         intake.metrics.zmq_errors.with_label_values(&["bind"]).inc();
                         format!("{e}: {}", std::error::Error::source(&e).map(|s| s.to_string()).unwrap_or_default())

@@ -24,9 +24,9 @@ use crate::endpoints::model::Candidate;
 use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
 use crate::framework::context::{DataKey, SchedulingContext};
 use crate::framework::data::LatencyPrediction;
+use crate::framework::plugin::{Admitter, Consumer, PluginInstance, PluginName};
 use crate::latency::features::{SLO_TPOT_HEADERS, SLO_TTFT_HEADERS, slo_ms};
 use crate::plugins::scorer::producer_name;
-use crate::plugins::{Admitter, Consumer, PluginInstance, PluginName};
 
 /// Type name.
 pub const TYPE: &str = "latency-slo-admitter";
@@ -78,7 +78,7 @@ impl Admitter for LatencySloAdmitter {
         if ttft_slo <= 0.0 && tpot_slo <= 0.0 {
             return Ok(());
         }
-        let predictions = cx.data.latency(self.producer.as_deref());
+        let predictions = cx.data.latency.get(self.producer.as_deref());
         let mut has_prediction = false;
         for c in candidates {
             let m = &c.metrics.metrics;
@@ -106,6 +106,7 @@ mod tests {
     use std::collections::HashMap;
 
     use super::*;
+    use crate::framework::data::ByProducer;
     use crate::framework::data::{LatencyPredictions, RequestData};
     use crate::request::InferenceRequest;
     use crate::request::headers::RequestHeaders;
@@ -132,8 +133,7 @@ mod tests {
             })
             .collect();
         RequestData {
-            default_latency_producer: Some("lp".into()),
-            latency: vec![("lp".into(), Arc::new(LatencyPredictions { per_endpoint }))],
+            latency: ByProducer::only("lp", Arc::new(LatencyPredictions { per_endpoint })),
             ..Default::default()
         }
     }

@@ -21,7 +21,7 @@ use serde::Deserialize;
 use crate::endpoints::model::Candidate;
 use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
 use crate::framework::context::SchedulingContext;
-use crate::plugins::{Admitter, PluginInstance};
+use crate::framework::plugin::{Admitter, PluginInstance};
 
 /// Type name.
 pub const TYPE: &str = "probabilistic-admitter";

@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
-use crate::plugins::PluginInstance;
+use crate::framework::plugin::PluginInstance;
 
 /// Registered type name.
 pub const TYPE: &str = "file-discovery";

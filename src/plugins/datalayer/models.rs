@@ -14,7 +14,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
-use crate::plugins::PluginInstance;
+use crate::framework::plugin::PluginInstance;
 use crate::plugins::producer::passive::NoParams;
 
 /// Source type name.

@@ -16,8 +16,8 @@ use std::sync::Arc;
 use crate::endpoints::model::Candidate;
 use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
 use crate::framework::context::SchedulingContext;
+use crate::framework::plugin::{Decider, PluginInstance};
 use crate::plugins::producer::passive::NoParams;
-use crate::plugins::{Decider, PluginInstance};
 
 /// Type name of the always-on P/D decider.
 pub const ALWAYS_PD: &str = "always-disagg-pd-decider";

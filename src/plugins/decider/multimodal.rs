@@ -7,8 +7,8 @@ use std::sync::Arc;
 use crate::endpoints::model::Candidate;
 use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
 use crate::framework::context::SchedulingContext;
+use crate::framework::plugin::{Decider, PluginInstance};
 use crate::plugins::producer::passive::NoParams;
-use crate::plugins::{Decider, PluginInstance};
 use crate::request::openai::{ChatMessage, MessageContent, Prompt, ResponsesInput};
 
 /// Type name.

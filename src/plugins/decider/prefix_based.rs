@@ -17,7 +17,7 @@ use serde::Deserialize;
 use crate::endpoints::model::Candidate;
 use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
 use crate::framework::context::{DataKey, SchedulingContext};
-use crate::plugins::{Consumer, Decider, PluginInstance};
+use crate::framework::plugin::{Consumer, Decider, PluginInstance};
 
 /// Type name.
 pub const TYPE: &str = "prefix-based-pd-decider";
@@ -74,7 +74,7 @@ impl Decider for PrefixBasedDecider {
         if (self.prompt_tokens > 0 && input < self.prompt_tokens) || input < self.non_cached_tokens {
             return false;
         }
-        let (Some(endpoint), Some(matches)) = (decode_endpoint, cx.data.prefix(None)) else {
+        let (Some(endpoint), Some(matches)) = (decode_endpoint, cx.data.prefix.get(None)) else {
             return false;
         };
         let cached = (matches.get(endpoint.id()).match_blocks * matches.block_size_tokens) as u64;
@@ -85,6 +85,7 @@ impl Decider for PrefixBasedDecider {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::framework::data::ByProducer;
     use crate::framework::data::{MatchInfo, PrefixMatches, RequestData};
     use crate::test_util::{context_for, endpoint};
 
@@ -94,8 +95,7 @@ mod tests {
             .insert("d".into(), MatchInfo { match_blocks: matched_blocks, weighted_blocks: matched_blocks as f64 });
         RequestData {
             tokens: Some(vec![1u32; tokens].into()),
-            prefix: vec![("p".into(), Arc::new(m))],
-            default_prefix_producer: Some("p".into()),
+            prefix: ByProducer::only("p", Arc::new(m)),
             ..Default::default()
         }
     }

@@ -32,8 +32,8 @@ use super::metrics::ProgramAwareMetrics;
 use crate::flowcontrol::DEFAULT_FLOW;
 use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
 use crate::framework::context::SchedulingContext;
+use crate::framework::plugin::{FairnessPolicy, FlowView, PluginInstance, PreRequest, ResponseHook};
 use crate::framework::result::{HeaderEdits, SchedulingResult};
-use crate::plugins::{FairnessPolicy, FlowView, PluginInstance, PreRequest, ResponseHook};
 use crate::request::InferenceRequest;
 use crate::request::usage::Usage;
 

@@ -19,9 +19,9 @@ use serde::Deserialize;
 use crate::endpoints::model::Candidate;
 use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
 use crate::framework::context::SchedulingContext;
+use crate::framework::plugin::{Filter, PluginInstance, PreRequest, ResponseHook, SaturationDetector};
 use crate::framework::result::{HeaderEdits, SchedulingResult};
 use crate::plugins::producer::inflight::state::Ledger;
-use crate::plugins::{Filter, PluginInstance, PreRequest, ResponseHook, SaturationDetector};
 use crate::request::InferenceRequest;
 use crate::request::usage::Usage;
 
@@ -121,7 +121,7 @@ impl Filter for ConcurrencyDetector {
 impl PreRequest for ConcurrencyDetector {
     fn pre_request(&self, cx: &SchedulingContext<'_>, result: &SchedulingResult, _: &mut HeaderEdits) {
         let Some(target) = result.primary().and_then(|r| r.targets.first()) else { return };
-        let uncached = cx.data.inflight(None).and_then(|l| l.uncached_tokens.get(target.id()).copied());
+        let uncached = cx.data.inflight.get(None).and_then(|l| l.uncached_tokens.get(target.id()).copied());
         let tokens = uncached.unwrap_or_else(|| cx.data.tokens.as_ref().map_or(0, |t| t.len() as u64));
         self.ledger.add(&cx.request.request_id, vec![(target.id().clone(), tokens, false)]);
     }

@@ -14,8 +14,8 @@ use std::sync::Arc;
 use crate::endpoints::model::Candidate;
 use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
 use crate::framework::context::SchedulingContext;
+use crate::framework::plugin::{Filter, PluginInstance};
 use crate::plugins::producer::passive::NoParams;
-use crate::plugins::{Filter, PluginInstance};
 
 /// Type name.
 pub const TYPE: &str = "header-based-testing-filter";

@@ -12,7 +12,7 @@ use serde::Deserialize;
 use crate::endpoints::model::Candidate;
 use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
 use crate::framework::context::SchedulingContext;
-use crate::plugins::{Filter, PluginInstance};
+use crate::framework::plugin::{Filter, PluginInstance};
 
 /// Type name.
 pub const TYPE: &str = "label-selector-filter";

@@ -13,7 +13,7 @@ pub mod utilization;
 #[cfg(test)]
 pub(crate) mod contract {
     //! Contract every filter satisfies: the output is a subset of the input.
-    use crate::plugins::Filter;
+    use crate::framework::plugin::Filter;
     use crate::test_util::{context_for, endpoint};
 
     /// Checks the subset property over a mixed candidate set.

@@ -23,8 +23,8 @@ use serde::Deserialize;
 use crate::endpoints::model::Candidate;
 use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
 use crate::framework::context::{DataKey, SchedulingContext};
+use crate::framework::plugin::{Consumer, Filter, PluginInstance, PluginName};
 use crate::plugins::scorer::producer_name;
-use crate::plugins::{Consumer, Filter, PluginInstance, PluginName};
 
 /// Type name.
 pub const TYPE: &str = "prefix-cache-affinity-filter";
@@ -144,7 +144,7 @@ impl Consumer for PrefixAffinityFilter {
 
 impl PrefixAffinityFilter {
     fn sticky_mask(&self, cx: &SchedulingContext<'_>, candidates: &[Candidate]) -> Option<Vec<bool>> {
-        let m = cx.data.prefix(self.prefix.as_deref()).filter(|m| m.total_blocks > 0)?;
+        let m = cx.data.prefix.get(self.prefix.as_deref()).filter(|m| m.total_blocks > 0)?;
         let mask: Vec<bool> = candidates
             .iter()
             .map(|c| m.get(c.id()).match_blocks as f64 / m.total_blocks as f64 >= self.threshold)
@@ -157,9 +157,9 @@ impl PrefixAffinityFilter {
         if self.penalty_ms <= 0.0 || sticky.iter().all(|s| *s) {
             return false;
         }
-        let loads = cx.data.inflight(self.inflight.as_deref());
+        let loads = cx.data.inflight.get(self.inflight.as_deref());
         let predicted = match &self.source {
-            TtftSource::LatencyPredictor(name) => Some(cx.data.latency(name.as_deref())),
+            TtftSource::LatencyPredictor(name) => Some(cx.data.latency.get(name.as_deref())),
             TtftSource::PrefillThroughput => None,
         };
         let ttft = |c: &Candidate| match predicted {
@@ -199,6 +199,7 @@ impl Filter for PrefixAffinityFilter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::framework::data::ByProducer;
     use crate::framework::data::{
         InFlightLoads, LatencyPrediction, LatencyPredictions, MatchInfo, PrefixMatches, RequestData,
     };
@@ -211,10 +212,8 @@ mod tests {
         let mut l = InFlightLoads::default();
         l.per_endpoint.insert("a".into(), (3, inflight_tokens_a));
         RequestData {
-            prefix: vec![("p".into(), Arc::new(m))],
-            default_prefix_producer: Some("p".into()),
-            inflight: vec![("i".into(), Arc::new(l))],
-            default_inflight_producer: Some("i".into()),
+            prefix: ByProducer::only("p", Arc::new(m)),
+            inflight: ByProducer::only("i", Arc::new(l)),
             ..Default::default()
         }
     }
@@ -259,21 +258,20 @@ mod tests {
         let p = |ttft_ms| LatencyPrediction { ttft_ms, ..Default::default() };
         l.per_endpoint.insert("a".into(), p(25_000.0));
         l.per_endpoint.insert("b".into(), p(1_000.0));
-        d.latency = vec![("lp".into(), Arc::new(l))];
-        d.default_latency_producer = Some("lp".into());
+        d.latency = ByProducer::only("lp", Arc::new(l));
         let mut f = filter(18_000.0);
         f.source = TtftSource::LatencyPredictor(None);
         // a (sticky) predicted 24 s slower than b: everyone stays.
         assert_eq!(kept(&f, &d), ["a", "b", "c"]);
-        Arc::make_mut(&mut d.latency[0].1).per_endpoint.insert("a".into(), p(5_000.0));
+        Arc::make_mut(d.latency.get_mut(None).expect("lp")).per_endpoint.insert("a".into(), p(5_000.0));
         assert_eq!(kept(&f, &d), ["a"]);
         // Only the sticky endpoint has a prediction: the others count as +inf, so it sticks.
-        Arc::make_mut(&mut d.latency[0].1).per_endpoint.remove("b");
+        Arc::make_mut(d.latency.get_mut(None).expect("lp")).per_endpoint.remove("b");
         assert_eq!(kept(&f, &d), ["a"]);
         // No prediction for the sticky endpoint: +inf - 1000 > penalty -> all.
         let mut only_b = LatencyPredictions::default();
         only_b.per_endpoint.insert("b".into(), p(1_000.0));
-        d.latency[0].1 = Arc::new(only_b);
+        d.latency.insert("lp".into(), Arc::new(only_b));
         assert_eq!(kept(&f, &d), ["a", "b", "c"]);
     }
 

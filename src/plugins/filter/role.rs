@@ -10,8 +10,8 @@ use std::sync::Arc;
 use crate::endpoints::model::{Candidate, ROLE_LABEL};
 use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
 use crate::framework::context::SchedulingContext;
+use crate::framework::plugin::{Filter, PluginInstance};
 use crate::plugins::producer::passive::NoParams;
-use crate::plugins::{Filter, PluginInstance};
 
 /// `decode-filter`.
 pub const DECODE: &str = "decode-filter";

@@ -17,8 +17,8 @@ use crate::endpoints::model::Candidate;
 use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
 use crate::framework::context::{DataKey, SchedulingContext};
 use crate::framework::data::LatencyPredictions;
+use crate::framework::plugin::{Consumer, Filter, PluginInstance, PluginName};
 use crate::plugins::scorer::producer_name;
-use crate::plugins::{Consumer, Filter, PluginInstance, PluginName};
 
 /// Type name.
 pub const TYPE: &str = "slo-headroom-tier-filter";
@@ -77,7 +77,8 @@ impl Consumer for SloHeadroomTierFilter {
 
 impl Filter for SloHeadroomTierFilter {
     fn filter(&self, cx: &SchedulingContext<'_>, candidates: Vec<Candidate>) -> Vec<Candidate> {
-        let Some(predictions) = cx.data.latency(self.producer.as_deref()).filter(|p| !p.per_endpoint.is_empty()) else {
+        let Some(predictions) = cx.data.latency.get(self.producer.as_deref()).filter(|p| !p.per_endpoint.is_empty())
+        else {
             return candidates;
         };
         let tier = positive_tier(predictions, &candidates);
@@ -92,6 +93,7 @@ impl Filter for SloHeadroomTierFilter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::framework::data::ByProducer;
     use crate::framework::data::{LatencyPrediction, RequestData};
     use crate::test_util::{context_for, endpoint};
 
@@ -106,11 +108,7 @@ mod tests {
         };
         l.per_endpoint.insert("a".into(), p(50.0, 0.0));
         l.per_endpoint.insert("b".into(), p(-5.0, 3.0));
-        RequestData {
-            latency: vec![("lp".into(), Arc::new(l))],
-            default_latency_producer: Some("lp".into()),
-            ..Default::default()
-        }
+        RequestData { latency: ByProducer::only("lp", Arc::new(l)), ..Default::default() }
     }
 
     fn kept(epsilon: f64, d: &RequestData, names: &[&str]) -> Vec<String> {

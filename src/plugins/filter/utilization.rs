@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use crate::endpoints::model::Candidate;
 use crate::framework::build::{BuildContext, BuildError, PluginSpec, de_duration, decode_params};
 use crate::framework::context::SchedulingContext;
-use crate::plugins::{Filter, PluginInstance, SaturationDetector};
+use crate::framework::plugin::{Filter, PluginInstance, SaturationDetector};
 
 /// Type name.
 pub const TYPE: &str = "utilization-detector";

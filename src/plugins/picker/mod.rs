@@ -52,7 +52,7 @@ impl PickerParams {
 pub(crate) mod contract {
     //! Contract every picker satisfies: picks come from the input, without duplicates, and
     //! never more than asked.
-    use crate::plugins::{Picker, ScoredCandidate};
+    use crate::framework::plugin::{Picker, ScoredCandidate};
     use crate::test_util::{context_for, endpoint};
 
     /// Runs the contract on a picker built to return up to `n` endpoints.

@@ -9,7 +9,7 @@ use super::PickerParams;
 use crate::endpoints::model::Candidate;
 use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
 use crate::framework::context::SchedulingContext;
-use crate::plugins::{Picker, PluginInstance, ScoredCandidate};
+use crate::framework::plugin::{Picker, PluginInstance, ScoredCandidate};
 
 /// Type name.
 pub const TYPE: &str = "random-picker";

@@ -18,10 +18,10 @@ use tokio::sync::broadcast;
 use tracing::warn;
 
 use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
-use crate::k8s::notify::{self, Gvk, Notification};
-use crate::plugins::{
+use crate::framework::plugin::{
     BackgroundService, NotificationSource, PluginInstance, PluginName, ServiceContext, ServiceFuture,
 };
+use crate::k8s::notify::{self, Gvk, Notification};
 
 /// Registered type name.
 pub const TYPE: &str = "k8s-notification-source";

@@ -9,8 +9,9 @@ use serde::Deserialize;
 
 use crate::endpoints::metric_spec::{SpecError, parse_optional_spec};
 use crate::endpoints::vllm_metrics::EngineMapping;
-use crate::plugins::PluginInstance;
-use crate::plugins::registry::{BuildContext, BuildError, Factory, PluginSpec, decode_params};
+use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
+use crate::framework::plugin::PluginInstance;
+use crate::plugins::registry::Factory;
 
 /// Parameters of plugins that take none: any key is an error.
 #[derive(Clone, Debug, Default, Deserialize)]

@@ -2,8 +2,8 @@
 //! candidate and their headroom against the request's SLOs) from the latency-predictor
 //! sidecars, and feeds the training sidecar with observed latencies.
 //!
-//! Before the decision the ext_proc stream awaits one bulk prediction for all endpoints
-//! (`crate::latency::Predictor`); `produce` copies the answers of the current candidates with
+//! Before the decision `scheduling::stage` awaits one bulk prediction for all endpoints
+//! (`crate::latency::Predictor`, registered as the instance's `latency_step`); `produce` copies the answers of the current candidates with
 //! `ttftHeadroom = SLO_ttft - ttft`, `tpotHeadroom = SLO_tpot x sloBufferFactor - tpot` (SLO
 //! headers `x-slo-ttft-ms` / `x-slo-tpot-ms`, llm-d `x-llm-d-slo-*`; absent = 0). No answer =
 //! no `LatencyPredictionInfo` for that request; consumers fall back as documented. Pre-request:
@@ -35,11 +35,11 @@ use crate::endpoints::model::Candidate;
 use crate::framework::build::{BuildContext, BuildError, PluginSpec, de_duration, decode_params};
 use crate::framework::context::{DataKey, SchedulingContext};
 use crate::framework::data::{LatencyPredictions, RequestData};
+use crate::framework::plugin::{DataProducer, LatencyStep, PluginInstance, PluginName, PreRequest, ResponseHook};
 use crate::framework::result::{HeaderEdits, SchedulingResult};
 use crate::latency::features::{SLO_TPOT_HEADERS, SLO_TTFT_HEADERS, slo_ms, with_headroom};
 use crate::latency::trainer::Trainer;
 use crate::latency::{Predicted, Predictor};
-use crate::plugins::{DataProducer, PluginInstance, PluginName, PreRequest, ResponseHook};
 use crate::request::InferenceRequest;
 use crate::request::usage::Usage;
 
@@ -159,24 +159,30 @@ pub fn build(spec: &PluginSpec, cx: &BuildContext) -> Result<PluginInstance, Bui
     let predictor = predict
         .then(|| Arc::new(Predictor::new(p.prediction_server_urls, p.timeout, p.max_bulk_size, metrics.clone())));
     let trainer = p.training.then(|| Trainer::new(p.training_server_url, p.timeout, metrics));
+    let encoder_cache = p
+        .use_encoder_cache_features
+        .then(|| crate::plugins::scorer::producer_name(p.encoder_cache_match_info_producer_name));
+    let step = predictor.clone().map(|predictor| LatencyStep { predictor, encoder_cache: encoder_cache.clone() });
     let plugin = Arc::new(PredictedLatencyProducer {
         name: spec.name.clone(),
         predictor,
         trainer,
         buffer_factor: p.slo_buffer_factor,
-        encoder_cache: p
-            .use_encoder_cache_features
-            .then(|| crate::plugins::scorer::producer_name(p.encoder_cache_match_info_producer_name)),
+        encoder_cache,
     });
-    Ok(PluginInstance::new(spec.name.clone(), TYPE)
+    let instance = PluginInstance::new(spec.name.clone(), TYPE)
         .with_producer(plugin.clone())
         .with_pre_request(plugin.clone())
-        .with_response(plugin))
+        .with_response(plugin);
+    Ok(match step {
+        Some(step) => instance.with_latency_step(step),
+        None => instance,
+    })
 }
 
 impl PredictedLatencyProducer {
     fn raw<'a>(&self, data: &'a RequestData) -> Option<&'a Arc<Predicted>> {
-        data.predicted.iter().find(|(n, _)| **n == *self.name).map(|(_, p)| p)
+        data.predicted.get(Some(&self.name))
     }
 }
 
@@ -197,15 +203,7 @@ impl DataProducer for PredictedLatencyProducer {
             .filter_map(|c| raw.per_endpoint.get(c.id()).map(|(p, _)| (c.id().clone(), *p)))
             .map(|(id, p)| (id, with_headroom(p, ttft_slo, tpot_slo, self.buffer_factor)))
             .collect();
-        data.latency.push((self.name.clone(), Arc::new(LatencyPredictions { per_endpoint })));
-    }
-
-    fn predictor(&self) -> Option<&Arc<Predictor>> {
-        self.predictor.as_ref()
-    }
-
-    fn encoder_cache_binding(&self) -> Option<Option<PluginName>> {
-        self.encoder_cache.clone()
+        data.latency.insert(self.name.clone(), Arc::new(LatencyPredictions { per_endpoint }));
     }
 }
 
@@ -244,6 +242,7 @@ impl ResponseHook for PredictedLatencyProducer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::framework::data::ByProducer;
     use crate::latency::wire::{Features, Prediction};
     use crate::request::headers::RequestHeaders;
     use crate::test_util::endpoint;
@@ -257,8 +256,8 @@ mod tests {
     #[test]
     fn produce_copies_predictions_with_headroom() {
         let inst = producer(serde_json::json!({"predictionServerUrls": ["http://127.0.0.1:1"], "sloBufferFactor": 2}));
+        assert!(inst.latency_step.is_some(), "predicts before the decision");
         let p = inst.producer.expect("producer role");
-        assert!(p.predictor().is_some());
         let mut raw = Predicted::default();
         let f = Features::default();
         raw.per_endpoint.insert("a".into(), (Prediction { ttft_ms: 80.0, tpot_ms: 30.0 }, f));
@@ -270,12 +269,12 @@ mod tests {
             ..Default::default()
         };
         let mut data = RequestData {
-            predicted: vec![("lp".into(), Arc::new(raw))],
-            default_latency_producer: Some("lp".into()),
+            predicted: ByProducer::only("lp", Arc::new(raw)),
+            latency: ByProducer::with_default(Some("lp".into())),
             ..Default::default()
         };
         p.produce(&request, &[endpoint("a").build(), endpoint("b").build()], &mut data);
-        let l = data.latency(None).expect("LatencyPredictionInfo");
+        let l = data.latency.get(None).expect("LatencyPredictionInfo");
         assert_eq!(l.per_endpoint.len(), 1, "only current candidates with a prediction");
         let a = l.per_endpoint["a"];
         assert_eq!((a.ttft_headroom_ms, a.tpot_headroom_ms), (20.0, 10.0));
@@ -298,7 +297,7 @@ mod tests {
         assert_eq!(err(serde_json::json!({"timeout": "0s"})), "plugins[0].parameters.timeout");
         assert_eq!(err(serde_json::json!({"bogus": 1})), "plugins[0].parameters");
         let training_only = producer(serde_json::json!({"predictInPrepareData": false, "samplingMean": 1000}));
-        assert!(training_only.producer.expect("producer").predictor().is_none());
+        assert!(training_only.latency_step.is_none() && training_only.producer.is_some());
         assert_eq!(err(serde_json::json!({"useEncoderCacheFeatures": "yes"})), "plugins[0].parameters");
     }
 

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use crate::endpoints::model::{Candidate, EndpointId};
 use crate::framework::context::DataKey;
 use crate::framework::data::{MatchInfo, PrefixMatches, RequestData};
-use crate::plugins::{DataProducer, PluginName};
+use crate::framework::plugin::{DataProducer, PluginName};
 use crate::request::InferenceRequest;
 
 /// A source of prefix matches.
@@ -41,7 +41,7 @@ impl<T: PrefixSource> DataProducer for T {
         let per_endpoint = self.lookup(&keys, candidates);
         let matches =
             PrefixMatches { block_size_tokens: block_size, total_blocks: keys.len(), keys: keys.into(), per_endpoint };
-        data.prefix.push((self.source_name().clone(), Arc::new(matches)));
+        data.prefix.insert(self.source_name().clone(), Arc::new(matches));
     }
 
     fn kv_index(&self) -> Option<Arc<crate::kvcache::PrefixIndex>> {

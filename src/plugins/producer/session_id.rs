@@ -18,7 +18,7 @@ use crate::endpoints::model::Candidate;
 use crate::framework::build::{BuildContext, BuildError, PluginSpec, de_duration, decode_params};
 use crate::framework::context::DataKey;
 use crate::framework::data::RequestData;
-use crate::plugins::{DataProducer, PluginInstance};
+use crate::framework::plugin::{DataProducer, PluginInstance};
 use crate::request::InferenceRequest;
 use crate::request::headers::RequestHeaders;
 

@@ -13,9 +13,10 @@
 //!   set (LoRA adapters share their base model's tokenizer), else go without tokens.
 //!
 //! `udsTokenizerConfig` (deprecated) is rejected. For `vllm` and `local` the ids are computed
-//! by the asynchronous tokenize step the stream awaits before the decision
-//! ([`crate::tokenize::Tokenizer`], exposed through [`DataProducer::tokenizer`]); `produce`
-//! only copies them, so it does no I/O. A miss leaves `TokenizedPrompt` unset.
+//! by the asynchronous tokenize step `scheduling::stage` awaits before the decision
+//! ([`crate::tokenize::Tokenizer`], registered as the instance's `tokenize_step`), which
+//! writes them into `RequestData::tokens`; `produce` does nothing more, so it does no I/O. A
+//! miss leaves `TokenizedPrompt` unset.
 
 use std::collections::BTreeMap;
 use std::num::NonZeroUsize;
@@ -29,7 +30,7 @@ use crate::endpoints::model::Candidate;
 use crate::framework::build::{BuildContext, BuildError, PluginSpec, de_duration, decode_params};
 use crate::framework::context::DataKey;
 use crate::framework::data::RequestData;
-use crate::plugins::{DataProducer, PluginInstance};
+use crate::framework::plugin::{DataProducer, PluginInstance};
 use crate::request::InferenceRequest;
 use crate::request::estimate::estimate_tokens;
 use crate::tokenize::local::{CacheBounds, LocalBackend};
@@ -118,8 +119,9 @@ impl Default for LocalParams {
 pub enum TokenProducer {
     /// Estimated ids computed inline.
     Estimate,
-    /// Ids computed by the asynchronous tokenize step.
-    Tokenizer(Arc<Tokenizer>),
+    /// Ids computed by the asynchronous tokenize step (`PluginInstance::tokenize_step`),
+    /// which writes them into `RequestData::tokens` before the scheduler runs.
+    Tokenizer,
 }
 
 /// Factory.
@@ -136,14 +138,18 @@ pub fn build(spec: &PluginSpec, cx: &BuildContext) -> Result<PluginInstance, Bui
             "the UDS tokenizer is not supported; use the `vllm` or `local` backend",
         ));
     }
-    let producer = if let Some(v) = &p.vllm {
-        TokenProducer::Tokenizer(Arc::new(build_vllm(&p, v, cx, &at)?))
+    let tokenizer = if let Some(v) = &p.vllm {
+        Some(build_vllm(&p, v, cx, &at)?)
     } else if let Some(l) = &p.local {
-        TokenProducer::Tokenizer(Arc::new(build_local(&p, l, cx, &at)?))
+        Some(build_local(&p, l, cx, &at)?)
     } else {
-        TokenProducer::Estimate
+        None
     };
-    Ok(PluginInstance::new(spec.name.clone(), TYPE).with_producer(Arc::new(producer)))
+    let instance = PluginInstance::new(spec.name.clone(), TYPE);
+    Ok(match tokenizer {
+        Some(t) => instance.with_producer(Arc::new(TokenProducer::Tokenizer)).with_tokenize_step(Arc::new(t)),
+        None => instance.with_producer(Arc::new(TokenProducer::Estimate)),
+    })
 }
 
 fn build_vllm(
@@ -221,14 +227,8 @@ impl DataProducer for TokenProducer {
                     data.tokens = Some(estimate_tokens(&body.prompt).into());
                 }
             }
-            TokenProducer::Tokenizer(_) => data.tokens = request.tokens.clone(),
-        }
-    }
-
-    fn tokenizer(&self) -> Option<&Arc<Tokenizer>> {
-        match self {
-            TokenProducer::Estimate => None,
-            TokenProducer::Tokenizer(t) => Some(t),
+            // Phase 1 (`scheduling::stage`) already wrote the ids, or the step missed.
+            TokenProducer::Tokenizer => {}
         }
     }
 }
@@ -280,12 +280,12 @@ mod tests {
             &cx,
         )
         .expect("vllm");
-        assert!(vllm.producer.as_ref().and_then(|p| p.tokenizer()).is_some());
+        assert!(vllm.tokenize_step.is_some() && vllm.producer.is_some());
         let local =
             build(&spec(serde_json::json!({"local": {"models": {"m": fixture("mistral")}}})), &cx).expect("local");
-        assert!(local.producer.as_ref().and_then(|p| p.tokenizer()).is_some());
+        assert!(local.tokenize_step.is_some() && local.producer.is_some());
         let est = build(&spec(serde_json::Value::Null), &cx).expect("estimate");
-        assert!(est.producer.as_ref().and_then(|p| p.tokenizer()).is_none());
+        assert!(est.tokenize_step.is_none() && est.producer.is_some());
     }
 
     #[test]
@@ -301,17 +301,17 @@ mod tests {
     }
 
     #[test]
-    fn produce_copies_precomputed_tokens_only() {
+    fn produce_keeps_the_tokenize_steps_ids() {
         let cx = BuildContext::default();
         let local =
             build(&spec(serde_json::json!({"local": {"models": {"m": fixture("mistral")}}})), &cx).expect("local");
         let producer = local.producer.expect("producer");
-        let mut request = crate::test_util::chat_request("m", &["hi"]);
+        let request = crate::test_util::chat_request("m", &["hi"]);
         let mut data = RequestData::default();
         producer.produce(&request, &[], &mut data);
         assert!(data.tokens.is_none(), "a miss leaves TokenizedPrompt unset");
-        request.tokens = Some(vec![1, 2, 3].into());
+        data.tokens = Some(vec![1, 2, 3].into());
         producer.produce(&request, &[], &mut data);
-        assert_eq!(data.tokens.as_deref(), Some(&[1, 2, 3][..]));
+        assert_eq!(data.tokens.as_deref(), Some(&[1, 2, 3][..]), "phase-1 ids are left as they are");
     }
 }

@@ -13,8 +13,8 @@ use serde::Deserialize;
 use crate::framework::ScheduleError;
 use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
 use crate::framework::context::SchedulingContext;
+use crate::framework::plugin::{PluginInstance, PreRequest, ProfileHandler};
 use crate::framework::result::{HeaderEdits, ProfileResults, SchedulingResult};
-use crate::plugins::{PluginInstance, PreRequest, ProfileHandler};
 use crate::request::headers::DATA_PARALLEL_HOST_PORT;
 
 /// Type name.

@@ -15,8 +15,8 @@ use serde::Deserialize;
 
 use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
 use crate::framework::context::SchedulingContext;
+use crate::framework::plugin::{PluginInstance, PreRequest};
 use crate::framework::result::{HeaderEdits, SchedulingResult};
-use crate::plugins::{PluginInstance, PreRequest};
 use crate::request::headers::{ENCODER_HOSTS_PORTS, PREFILLER_HOST_PORT};
 
 /// Type name (deprecated; the handler's own pre-request does the same).

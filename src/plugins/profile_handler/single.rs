@@ -6,8 +6,8 @@ use std::sync::Arc;
 use crate::framework::ScheduleError;
 use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
 use crate::framework::context::SchedulingContext;
+use crate::framework::plugin::{PluginInstance, ProfileHandler};
 use crate::framework::result::{ProfileResults, SchedulingResult};
-use crate::plugins::{PluginInstance, ProfileHandler};
 
 /// Type name.
 pub const TYPE: &str = "single-profile-handler";

@@ -14,7 +14,7 @@ use serde::Deserialize;
 use crate::endpoints::model::Candidate;
 use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
 use crate::framework::context::{DataKey, SchedulingContext};
-use crate::plugins::{Consumer, PluginInstance, PluginName, Scorer};
+use crate::framework::plugin::{Consumer, PluginInstance, PluginName, Scorer};
 
 /// Type name.
 pub const TYPE: &str = "active-request-scorer";
@@ -77,7 +77,7 @@ impl Consumer for ActiveRequestScorer {
 
 impl Scorer for ActiveRequestScorer {
     fn score(&self, cx: &SchedulingContext<'_>, candidates: &[Candidate]) -> Vec<f64> {
-        let loads = cx.data.inflight(self.producer.as_deref());
+        let loads = cx.data.inflight.get(self.producer.as_deref());
         let counts: Vec<u64> =
             candidates.iter().map(|c| loads.and_then(|l| l.per_endpoint.get(c.id())).map_or(0, |(r, _)| *r)).collect();
         let max = counts.iter().copied().max().unwrap_or(0);
@@ -97,6 +97,7 @@ impl Scorer for ActiveRequestScorer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::framework::data::ByProducer;
     use crate::framework::data::{InFlightLoads, RequestData};
     use crate::test_util::{context_for, endpoint};
 
@@ -105,11 +106,7 @@ mod tests {
         for (id, r, t) in v {
             l.per_endpoint.insert((*id).into(), (*r, *t));
         }
-        RequestData {
-            inflight: vec![("i".into(), Arc::new(l))],
-            default_inflight_producer: Some("i".into()),
-            ..Default::default()
-        }
+        RequestData { inflight: ByProducer::only("i", Arc::new(l)), ..Default::default() }
     }
 
     #[test]

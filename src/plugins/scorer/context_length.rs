@@ -18,7 +18,7 @@ use serde::Deserialize;
 use crate::endpoints::model::Candidate;
 use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
 use crate::framework::context::{DataKey, SchedulingContext};
-use crate::plugins::{Consumer, Filter, PluginInstance, Scorer};
+use crate::framework::plugin::{Consumer, Filter, PluginInstance, Scorer};
 
 /// Type name.
 pub const TYPE: &str = "context-length-aware";

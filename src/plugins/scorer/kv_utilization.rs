@@ -6,7 +6,7 @@ use std::sync::Arc;
 use crate::endpoints::model::Candidate;
 use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
 use crate::framework::context::SchedulingContext;
-use crate::plugins::{PluginInstance, Scorer};
+use crate::framework::plugin::{PluginInstance, Scorer};
 
 /// Type name.
 pub const TYPE: &str = "kv-cache-utilization-scorer";

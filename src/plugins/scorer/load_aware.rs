@@ -10,7 +10,7 @@ use serde::Deserialize;
 use crate::endpoints::model::Candidate;
 use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
 use crate::framework::context::SchedulingContext;
-use crate::plugins::{PluginInstance, Scorer};
+use crate::framework::plugin::{PluginInstance, Scorer};
 
 /// Type name.
 pub const TYPE: &str = "load-aware-scorer";

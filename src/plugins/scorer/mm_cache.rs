@@ -13,7 +13,7 @@ use super::producer_name;
 use crate::endpoints::model::Candidate;
 use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
 use crate::framework::context::{DataKey, SchedulingContext};
-use crate::plugins::{Consumer, PluginInstance, PluginName, Scorer};
+use crate::framework::plugin::{Consumer, PluginInstance, PluginName, Scorer};
 
 /// Type name.
 pub const TYPE: &str = "mm-embeddings-cache-scorer";
@@ -54,7 +54,7 @@ impl Consumer for MmCacheScorer {
 
 impl Scorer for MmCacheScorer {
     fn score(&self, cx: &SchedulingContext<'_>, candidates: &[Candidate]) -> Vec<f64> {
-        let Some(m) = cx.data.encoder_cache(self.producer.as_deref()).filter(|m| m.total_weight > 0) else {
+        let Some(m) = cx.data.encoder_cache.get(self.producer.as_deref()).filter(|m| m.total_weight > 0) else {
             return vec![0.0; candidates.len()];
         };
         let total = m.total_weight as f64;
@@ -65,6 +65,7 @@ impl Scorer for MmCacheScorer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::framework::data::ByProducer;
     use crate::framework::data::{EncoderCacheMatches, RequestData};
     use crate::test_util::{context_for, endpoint};
 
@@ -72,11 +73,7 @@ mod tests {
         let mut m = EncoderCacheMatches { total_weight: 80, ..Default::default() };
         m.per_endpoint.insert("a".into(), 80);
         m.per_endpoint.insert("b".into(), 20);
-        RequestData {
-            encoder_cache: vec![(name.into(), Arc::new(m))],
-            default_encoder_cache_producer: Some("mm".into()),
-            ..Default::default()
-        }
+        RequestData { encoder_cache: ByProducer::only(name, Arc::new(m)), ..Default::default() }
     }
 
     #[test]

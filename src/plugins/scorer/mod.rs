@@ -16,7 +16,7 @@ pub mod running;
 pub mod session_affinity;
 pub mod token_load;
 
-use crate::plugins::PluginName;
+use crate::framework::plugin::PluginName;
 
 /// A `...ProducerName` parameter: empty = the default producer of that kind.
 pub fn producer_name(name: String) -> Option<PluginName> {
@@ -37,7 +37,7 @@ pub fn min_max_inverse(values: &[f64]) -> Vec<f64> {
 pub(crate) mod contract {
     //! Contract every scorer satisfies: exactly one score per candidate, each in [0, 1].
     use crate::framework::data::RequestData;
-    use crate::plugins::Scorer;
+    use crate::framework::plugin::Scorer;
     use crate::test_util::{context_for, endpoint};
 
     /// Runs the contract over a few candidate sets.

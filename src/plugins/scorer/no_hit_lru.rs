@@ -16,8 +16,8 @@ use serde::Deserialize;
 use crate::endpoints::model::{Candidate, EndpointId};
 use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
 use crate::framework::context::{DataKey, SchedulingContext};
+use crate::framework::plugin::{Consumer, PluginInstance, PluginName, PreRequest, Scorer};
 use crate::framework::result::{HeaderEdits, SchedulingResult};
-use crate::plugins::{Consumer, PluginInstance, PluginName, PreRequest, Scorer};
 
 /// Type name.
 pub const TYPE: &str = "no-hit-lru-scorer";
@@ -72,7 +72,10 @@ impl NoHitLruScorer {
     }
 
     fn is_cold(&self, cx: &SchedulingContext<'_>) -> bool {
-        cx.data.prefix(self.producer.as_deref()).is_none_or(|m| m.per_endpoint.values().all(|i| i.match_blocks == 0))
+        cx.data
+            .prefix
+            .get(self.producer.as_deref())
+            .is_none_or(|m| m.per_endpoint.values().all(|i| i.match_blocks == 0))
     }
 
     fn lru(&self) -> std::sync::MutexGuard<'_, VecDeque<EndpointId>> {
@@ -131,6 +134,7 @@ impl PreRequest for NoHitLruScorer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::framework::data::ByProducer;
     use crate::framework::data::{MatchInfo, PrefixMatches, RequestData};
     use crate::framework::result::ProfileResult;
     use crate::test_util::{context_for, endpoint};
@@ -156,11 +160,7 @@ mod tests {
     fn any_hit_scores_one_half() {
         let mut m = PrefixMatches { block_size_tokens: 16, total_blocks: 2, ..Default::default() };
         m.per_endpoint.insert("a".into(), MatchInfo { match_blocks: 1, weighted_blocks: 1.0 });
-        let data = RequestData {
-            prefix: vec![("p".into(), Arc::new(m))],
-            default_prefix_producer: Some("p".into()),
-            ..Default::default()
-        };
+        let data = RequestData { prefix: ByProducer::only("p", Arc::new(m)), ..Default::default() };
         let request = Default::default();
         let s = NoHitLruScorer::new(None, 8);
         assert_eq!(

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use super::prefix_cache::PrefixCacheScorer;
 use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
-use crate::plugins::PluginInstance;
+use crate::framework::plugin::PluginInstance;
 use crate::plugins::producer::precise_prefix::{build_producer, params::Params, producer_instance};
 
 /// Type name.

@@ -13,7 +13,7 @@ use serde::Deserialize;
 use crate::endpoints::model::Candidate;
 use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
 use crate::framework::context::{DataKey, SchedulingContext};
-use crate::plugins::{Consumer, PluginInstance, PluginName, Scorer};
+use crate::framework::plugin::{Consumer, PluginInstance, PluginName, Scorer};
 
 /// Type name.
 pub const TYPE: &str = "prefix-cache-scorer";
@@ -84,7 +84,7 @@ impl Consumer for PrefixCacheScorer {
 
 impl Scorer for PrefixCacheScorer {
     fn score(&self, cx: &SchedulingContext<'_>, candidates: &[Candidate]) -> Vec<f64> {
-        let Some(m) = cx.data.prefix(self.producer.as_deref()) else {
+        let Some(m) = cx.data.prefix.get(self.producer.as_deref()) else {
             return vec![0.0; candidates.len()];
         };
         if m.total_blocks == 0 {
@@ -109,6 +109,7 @@ impl Scorer for PrefixCacheScorer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::framework::data::ByProducer;
     use crate::framework::data::{MatchInfo, PrefixMatches, RequestData};
     use crate::test_util::{context_for, endpoint};
 
@@ -116,11 +117,7 @@ mod tests {
         let mut m = PrefixMatches { block_size_tokens: 64, total_blocks: 4, ..Default::default() };
         m.per_endpoint.insert("a".into(), MatchInfo { match_blocks: 3, weighted_blocks: 3.0 });
         m.per_endpoint.insert("b".into(), MatchInfo { match_blocks: 1, weighted_blocks: 0.8 });
-        RequestData {
-            prefix: vec![("approx".into(), Arc::new(m))],
-            default_prefix_producer: Some("approx".into()),
-            ..Default::default()
-        }
+        RequestData { prefix: ByProducer::only("approx", Arc::new(m)), ..Default::default() }
     }
 
     #[test]

@@ -12,7 +12,7 @@ use serde::Deserialize;
 use crate::endpoints::model::Candidate;
 use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
 use crate::framework::context::{DataKey, SchedulingContext};
-use crate::plugins::{Consumer, PluginInstance, PluginName, Scorer};
+use crate::framework::plugin::{Consumer, PluginInstance, PluginName, Scorer};
 
 /// Type name.
 pub const TYPE: &str = "token-load-scorer";
@@ -51,7 +51,7 @@ impl Consumer for TokenLoadScorer {
 
 impl Scorer for TokenLoadScorer {
     fn score(&self, cx: &SchedulingContext<'_>, candidates: &[Candidate]) -> Vec<f64> {
-        let loads = cx.data.inflight(self.producer.as_deref());
+        let loads = cx.data.inflight.get(self.producer.as_deref());
         candidates
             .iter()
             .map(|c| {
@@ -67,6 +67,7 @@ impl Scorer for TokenLoadScorer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::framework::data::ByProducer;
     use crate::framework::data::{InFlightLoads, RequestData};
     use crate::test_util::{context_for, endpoint};
 
@@ -77,11 +78,7 @@ mod tests {
         l.uncached_tokens.insert("a".into(), 200);
         l.uncached_tokens.insert("b".into(), 250);
         l.per_endpoint.insert("c".into(), (9, 5000));
-        let data = RequestData {
-            inflight: vec![("i".into(), Arc::new(l))],
-            default_inflight_producer: Some("i".into()),
-            ..Default::default()
-        };
+        let data = RequestData { inflight: ByProducer::only("i", Arc::new(l)), ..Default::default() };
         let request = Default::default();
         let s = TokenLoadScorer { threshold: 1000.0, producer: None };
         let c = [endpoint("a").build(), endpoint("b").build(), endpoint("c").build(), endpoint("z").build()];

@@ -1,5 +1,7 @@
 #![recursion_limit = "1024"]
 
+// EPP PATCH: connection cap of bound sockets.
+mod accept_limit;
 mod async_rt;
 mod backend;
 mod codec;
@@ -35,7 +37,8 @@ pub mod __bench {
     pub use super::codec::{Message, ZmqCodec};
 }
 
-// EPP PATCH: decoder limits and the errors that report them.
+// EPP PATCH: decoder limits and the errors that report them; the accept cap.
+pub use crate::accept_limit::{AcceptLimit, RejectCallback};
 pub use crate::codec::{CodecError, FrameLimits, LimitExceeded};
 pub use crate::dealer::*;
 pub use crate::endpoint::{Endpoint, Host, Transport, TryIntoEndpoint};
@@ -191,6 +194,8 @@ pub struct SocketOptions {
     pub(crate) connect_timeout: Option<Duration>,
     // EPP PATCH: bounds applied to every peer's decoder before the handshake.
     pub(crate) frame_limits: FrameLimits,
+    // EPP PATCH: most connections a bound socket holds at once (`None`: no cap).
+    pub(crate) accept_limit: Option<Arc<AcceptLimit>>,
 }
 
 impl Default for SocketOptions {
@@ -199,6 +204,7 @@ impl Default for SocketOptions {
             peer_id: None,
             connect_timeout: Some(DEFAULT_CONNECT_TIMEOUT),
             frame_limits: FrameLimits::UNLIMITED,
+            accept_limit: None,
         }
     }
 }
@@ -224,6 +230,13 @@ impl SocketOptions {
     /// and its receive yields [`CodecError::LimitExceeded`].
     pub fn frame_limits(&mut self, limits: FrameLimits) -> &mut Self {
         self.frame_limits = limits;
+        self
+    }
+
+    /// EPP PATCH: caps the connections the socket's binds hold at once; an accepted
+    /// connection over the cap is closed before anything is sent (see [`AcceptLimit`]).
+    pub fn accept_limit(&mut self, limit: Arc<AcceptLimit>) -> &mut Self {
+        self.accept_limit = Some(limit);
         self
     }
 }
@@ -281,6 +294,15 @@ pub trait Socket: Sized + Send {
         let cback = move |result: ZmqResult<(FramedIo, Endpoint)>| {
             let cloned_backend = cloned_backend.clone();
             async move {
+                // EPP PATCH: over the socket's accept limit the connection is closed here,
+                // before the greeting; it is not reported as an accept failure.
+                let result = match (result, &cloned_backend.socket_options().accept_limit) {
+                    (Ok((socket, endpoint)), Some(limit)) => match limit.admit(socket, &endpoint) {
+                        Some(socket) => Ok((socket, endpoint)),
+                        None => return,
+                    },
+                    (result, _) => result,
+                };
                 let result = match result {
                     // EPP PATCH: an accepted peer that never completes the handshake is
                     // dropped after `connect_timeout` instead of holding its connection forever.

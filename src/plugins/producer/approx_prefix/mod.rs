@@ -25,8 +25,8 @@ use crate::endpoints::store::EndpointStore;
 use crate::framework::build::{BuildContext, BuildError, PluginMetrics, PluginSpec, decode_params};
 use crate::framework::context::SchedulingContext;
 use crate::framework::data::MatchInfo;
+use crate::framework::plugin::{PluginInstance, PluginName, PreRequest};
 use crate::framework::result::{HeaderEdits, SchedulingResult};
-use crate::plugins::{PluginInstance, PluginName, PreRequest};
 use crate::request::InferenceRequest;
 use crate::telemetry::twin::{TwinGauge, TwinHistogram};
 use index::ApproxIndex;
@@ -166,7 +166,7 @@ impl PrefixSource for ApproxPrefixProducer {
 impl PreRequest for ApproxPrefixProducer {
     fn pre_request(&self, cx: &SchedulingContext<'_>, result: &SchedulingResult, _: &mut HeaderEdits) {
         self.prune_departed();
-        let Some(m) = cx.data.prefix(Some(&self.name)) else { return };
+        let Some(m) = cx.data.prefix.get(Some(&self.name)) else { return };
         if m.keys.is_empty() {
             return;
         }

@@ -29,8 +29,8 @@ use crate::endpoints::model::Candidate;
 use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
 use crate::framework::context::{DataKey, SchedulingContext};
 use crate::framework::data::{InFlightLoads, PrefixMatches, RequestData};
+use crate::framework::plugin::{DataProducer, PluginInstance, PluginName, PreRequest, ResponseHook};
 use crate::framework::result::{HeaderEdits, SchedulingResult};
-use crate::plugins::{DataProducer, PluginInstance, PluginName, PreRequest, ResponseHook};
 use crate::request::InferenceRequest;
 use crate::request::usage::Usage;
 use state::{Gauges, Ledger};
@@ -151,19 +151,19 @@ impl DataProducer for InFlightProducer {
     fn produce(&self, request: &InferenceRequest, candidates: &[Candidate], data: &mut RequestData) {
         let input = data.tokens.as_ref().map_or(0, |t| t.len() as u64);
         let output = self.output_estimate(request, input);
-        let matches = data.prefix(self.prefix_producer.as_deref()).cloned();
+        let matches = data.prefix.get(self.prefix_producer.as_deref()).cloned();
         let mut loads = InFlightLoads::default();
         for c in candidates {
             loads.uncached_tokens.insert(c.id().clone(), uncached_tokens(input, matches.as_deref(), c.id()) + output);
             loads.per_endpoint.insert(c.id().clone(), self.ledger.load(c.id()));
         }
-        data.inflight.push((self.name.clone(), Arc::new(loads)));
+        data.inflight.insert(self.name.clone(), Arc::new(loads));
     }
 }
 
 impl PreRequest for InFlightProducer {
     fn pre_request(&self, cx: &SchedulingContext<'_>, result: &SchedulingResult, _: &mut HeaderEdits) {
-        let loads = cx.data.inflight(Some(&self.name));
+        let loads = cx.data.inflight.get(Some(&self.name));
         let entries = result
             .profiles
             .iter()

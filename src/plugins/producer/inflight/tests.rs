@@ -56,7 +56,7 @@ fn pre_request_adds_and_completion_releases() {
     // The next request sees the load.
     let mut next = RequestData { tokens: Some(vec![7u32; 5].into()), ..Default::default() };
     p.produce(&request, &[endpoint("d").build(), endpoint("p").build()], &mut next);
-    let loads = next.inflight(Some("inflight")).unwrap();
+    let loads = next.inflight.get(Some("inflight")).unwrap();
     assert_eq!(loads.per_endpoint.get("d"), Some(&(1, 20)));
     assert_eq!(loads.uncached_tokens.get("p"), Some(&5));
     p.on_response_headers(&request, &r, Some(200));

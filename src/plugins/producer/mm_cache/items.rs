@@ -7,9 +7,10 @@ use crate::request::InferenceRequest;
 use crate::request::multimodal::MediaItem;
 use crate::request::openai::{ChatMessage, MessageContent, Prompt, ResponsesInput};
 
-/// The request's unique items in first-occurrence order (a repeated item counts once).
-pub fn request_items(request: &InferenceRequest) -> Vec<MediaItem> {
-    if let Some(reported) = request.mm_items.as_deref().filter(|m| !m.is_empty()) {
+/// The request's unique items in first-occurrence order (a repeated item counts once);
+/// `reported`: the tokenize step's items (`RequestData::mm_items`).
+pub fn request_items(request: &InferenceRequest, reported: Option<&[MediaItem]>) -> Vec<MediaItem> {
+    if let Some(reported) = reported.filter(|m| !m.is_empty()) {
         return dedup(reported.iter().copied());
     }
     let messages: &[ChatMessage] = match request.body.as_ref().map(|b| &b.prompt) {
@@ -66,7 +67,7 @@ mod tests {
                     {"type": "image_url", "image_url": 7},
                     {"type": "image_url"}]}]}),
         );
-        let items = request_items(&r);
+        let items = request_items(&r, None);
         let keys: Vec<_> = items.iter().map(|i| (i.key, i.modality, i.size)).collect();
         assert_eq!(
             keys,
@@ -87,20 +88,19 @@ mod tests {
             serde_json::json!({"model": "m", "input": [{"role": "user", "content": [
                 {"type": "input_image", "image_url": "http://i/a.png"}]}]}),
         );
-        assert_eq!(request_items(&r).first().map(|i| i.key), Some(part_key("image_url", "http://i/a.png")));
+        assert_eq!(request_items(&r, None).first().map(|i| i.key), Some(part_key("image_url", "http://i/a.png")));
     }
 
     #[test]
     fn reported_items_win_and_text_has_none() {
-        let mut r = parsed(
+        let r = parsed(
             ApiKind::ChatCompletions,
             serde_json::json!({"model": "m", "messages": [{"role": "user", "content": [
                 {"type": "image_url", "image_url": {"url": "http://i/a.png"}}]}]}),
         );
         let reported = MediaItem { key: 42, modality: Modality::Image, size: 64 };
-        r.mm_items = Some(vec![reported, reported].into());
-        assert_eq!(request_items(&r), vec![reported]);
-        assert!(request_items(&crate::test_util::chat_request("m", &["hi"])).is_empty());
-        assert!(request_items(&InferenceRequest::default()).is_empty());
+        assert_eq!(request_items(&r, Some(&[reported, reported])), vec![reported]);
+        assert!(request_items(&crate::test_util::chat_request("m", &["hi"]), None).is_empty());
+        assert!(request_items(&InferenceRequest::default(), None).is_empty());
     }
 }

@@ -40,10 +40,10 @@ use crate::endpoints::store::EndpointStore;
 use crate::framework::build::{BuildContext, BuildError, PluginMetrics, PluginSpec, decode_params};
 use crate::framework::context::{DataKey, SchedulingContext};
 use crate::framework::data::{EncoderCacheMatches, RequestData};
+use crate::framework::plugin::{DataProducer, EncoderCacheSizer, PluginInstance, PluginName, PreRequest, ResponseHook};
 use crate::framework::result::{HeaderEdits, SchedulingResult};
 use crate::latency::EncoderCacheSizes;
 use crate::latency::features::EncoderSizes;
-use crate::plugins::{DataProducer, PluginInstance, PluginName, PreRequest, ResponseHook};
 use crate::request::InferenceRequest;
 use crate::request::multimodal::{MediaItem, Modality};
 use crate::request::usage::Usage;
@@ -140,6 +140,7 @@ pub fn build(spec: &PluginSpec, cx: &BuildContext) -> Result<PluginInstance, Bui
         Arc::new(MmCacheProducer::new(spec.name.clone(), capacity, sized, cx.endpoints.clone(), &cx.metrics));
     Ok(PluginInstance::new(spec.name.clone(), TYPE)
         .with_producer(producer.clone())
+        .with_encoder_cache_sizer(producer.clone())
         .with_pre_request(producer.clone())
         .with_response(producer))
 }
@@ -317,8 +318,27 @@ impl DataProducer for MmCacheProducer {
         vec![DataKey::EncoderCacheMatchInfo(Some(self.name.clone()))]
     }
 
-    fn encoder_cache_sizes(&self, request: &InferenceRequest, candidates: &[Candidate]) -> Option<EncoderCacheSizes> {
-        let items = items::request_items(request);
+    fn produce(&self, request: &InferenceRequest, candidates: &[Candidate], data: &mut RequestData) {
+        self.prune_departed();
+        let items = items::request_items(request, data.mm_items.as_deref());
+        if items.is_empty() {
+            return;
+        }
+        let total_weight = items.iter().map(|i| u64::from(i.size.max(1))).sum();
+        let per_endpoint = self.lookup(&items, candidates);
+        let matches = EncoderCacheMatches { items: items.into(), total_weight, per_endpoint };
+        data.encoder_cache.insert(self.name.clone(), Arc::new(matches));
+    }
+}
+
+impl EncoderCacheSizer for MmCacheProducer {
+    fn encoder_cache_sizes(
+        &self,
+        request: &InferenceRequest,
+        data: &RequestData,
+        candidates: &[Candidate],
+    ) -> EncoderCacheSizes {
+        let items = items::request_items(request, data.mm_items.as_deref());
         let weight = |i: &MediaItem| u64::from(i.size.max(1));
         let input = items.iter().map(weight).sum();
         let caches = self.caches.read().unwrap_or_else(|e| e.into_inner());
@@ -330,25 +350,13 @@ impl DataProducer for MmCacheProducer {
                 (matched > 0).then(|| (c.id().clone(), EncoderSizes { input, matched }))
             })
             .collect();
-        Some(EncoderCacheSizes { input, per_endpoint })
-    }
-
-    fn produce(&self, request: &InferenceRequest, candidates: &[Candidate], data: &mut RequestData) {
-        self.prune_departed();
-        let items = items::request_items(request);
-        if items.is_empty() {
-            return;
-        }
-        let total_weight = items.iter().map(|i| u64::from(i.size.max(1))).sum();
-        let per_endpoint = self.lookup(&items, candidates);
-        let matches = EncoderCacheMatches { items: items.into(), total_weight, per_endpoint };
-        data.encoder_cache.push((self.name.clone(), Arc::new(matches)));
+        EncoderCacheSizes { input, per_endpoint }
     }
 }
 
 impl PreRequest for MmCacheProducer {
     fn pre_request(&self, cx: &SchedulingContext<'_>, result: &SchedulingResult, _: &mut HeaderEdits) {
-        let Some(m) = cx.data.encoder_cache(Some(&self.name)) else { return };
+        let Some(m) = cx.data.encoder_cache.get(Some(&self.name)) else { return };
         if m.items.is_empty() {
             return;
         }

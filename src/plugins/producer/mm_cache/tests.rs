@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use super::*;
 use crate::endpoints::model::Candidate;
+use crate::framework::data::ByProducer;
+use crate::framework::plugin::Scorer;
 use crate::framework::result::ProfileResult;
-use crate::plugins::Scorer;
 use crate::plugins::scorer::mm_cache::MmCacheScorer;
 use crate::request::openai::{ApiKind, parse_body};
 use crate::test_util::endpoint;
@@ -39,6 +40,29 @@ fn route(p: &MmCacheProducer, r: &InferenceRequest, candidates: &[Candidate], ta
     route_result(p, r, candidates, &result(&[("decode", target)], "decode"), Instant::now())
 }
 
+/// `route` for a request whose tokenize step reported `items`.
+fn route_items(
+    p: &MmCacheProducer,
+    r: &InferenceRequest,
+    items: &[MediaItem],
+    candidates: &[Candidate],
+    target: &Candidate,
+) {
+    let mut data = phase_one(items);
+    p.produce(r, candidates, &mut data);
+    let cx = SchedulingContext { request: r, data: &data, now: Instant::now() };
+    p.pre_request(&cx, &result(&[("decode", target)], "decode"), &mut HeaderEdits::default());
+}
+
+/// Data after phase 1 with the tokenize step's `items`.
+fn phase_one(items: &[MediaItem]) -> RequestData {
+    RequestData {
+        mm_items: Some(items.into()),
+        encoder_cache: ByProducer::with_default(Some("mm".into())),
+        ..Default::default()
+    }
+}
+
 fn route_result(
     p: &MmCacheProducer,
     r: &InferenceRequest,
@@ -46,7 +70,7 @@ fn route_result(
     result: &SchedulingResult,
     now: Instant,
 ) -> RequestData {
-    let mut data = RequestData { default_encoder_cache_producer: Some("mm".into()), ..Default::default() };
+    let mut data = RequestData { encoder_cache: ByProducer::with_default(Some("mm".into())), ..Default::default() };
     p.produce(r, candidates, &mut data);
     let cx = SchedulingContext { request: r, data: &data, now };
     p.pre_request(&cx, result, &mut HeaderEdits::default());
@@ -74,7 +98,7 @@ fn items_are_recorded_on_the_chosen_endpoint() {
     let r2 = image_request("r2", &["http://i/2.png", "http://i/3.png"]);
     let second = route(&p, &r2, &cands, &b);
     assert_eq!(scores(&second, &r2, &cands), vec![0.0, 0.5], "one of two images on b");
-    let m = second.encoder_cache(None).expect("match info");
+    let m = second.encoder_cache.get(None).expect("match info");
     assert_eq!((m.items.len(), m.total_weight, m.matched("b")), (2, 2, 1));
 
     let text = crate::test_util::chat_request("m", &["no images"]);
@@ -97,7 +121,7 @@ fn least_recently_used_items_are_evicted() {
     assert_eq!(p.tracked("a"), 2);
     let probe = |url: &str| {
         let r = image_request("probe", &[url]);
-        let mut data = RequestData { default_encoder_cache_producer: Some("mm".into()), ..Default::default() };
+        let mut data = RequestData { encoder_cache: ByProducer::with_default(Some("mm".into())), ..Default::default() };
         p.produce(&r, &cands, &mut data);
         scores(&data, &r, &cands)[0]
     };
@@ -120,7 +144,7 @@ fn pinned_items_survive_and_pending_items_commit_at_the_first_chunk() {
     p.on_first_response_chunk(&r1, &res);
     p.on_first_response_chunk(&r2, &res);
     let probe = image_request("probe", &["http://i/2.png"]);
-    let mut data = RequestData { default_encoder_cache_producer: Some("mm".into()), ..Default::default() };
+    let mut data = RequestData { encoder_cache: ByProducer::with_default(Some("mm".into())), ..Default::default() };
     p.produce(&probe, &cands, &mut data);
     assert_eq!(scores(&data, &probe, &cands), vec![1.0], "2 recorded once its response started");
 
@@ -132,7 +156,7 @@ fn pinned_items_survive_and_pending_items_commit_at_the_first_chunk() {
     p.on_response_complete(&r4, &res, None);
     p.on_first_response_chunk(&r3, &res);
     let probe = image_request("probe", &["http://i/4.png"]);
-    let mut data = RequestData { default_encoder_cache_producer: Some("mm".into()), ..Default::default() };
+    let mut data = RequestData { encoder_cache: ByProducer::with_default(Some("mm".into())), ..Default::default() };
     p.produce(&probe, &cands, &mut data);
     assert_eq!(scores(&data, &probe, &cands), vec![0.0]);
     assert_eq!(p.open_placements(), 0);
@@ -154,18 +178,15 @@ fn embeddings_mode_sizes_items_by_placeholder_length() {
     let a = endpoint("a").build();
     let only_a = std::slice::from_ref(&a);
     let res = result(&[("decode", &a)], "decode");
-    let mut r = image_request("r", &[]);
+    let r = image_request("r", &[]);
     let big = MediaItem { key: 1, modality: Modality::Image, size: 80 };
     let small = MediaItem { key: 2, modality: Modality::Image, size: 30 };
-    r.mm_items = Some(vec![big].into());
-    route(&p, &r, only_a, &a);
+    route_items(&p, &r, &[big], only_a, &a);
     p.on_first_response_chunk(&r, &res);
-    r.mm_items = Some(vec![small].into());
-    route(&p, &r, only_a, &a);
+    route_items(&p, &r, &[small], only_a, &a);
     p.on_first_response_chunk(&r, &res);
     assert_eq!(p.tracked("a"), 1, "80 + 30 > 100: the older item was evicted");
-    r.mm_items = Some(vec![big, small].into());
-    let mut data = RequestData { default_encoder_cache_producer: Some("mm".into()), ..Default::default() };
+    let mut data = phase_one(&[big, small]);
     p.produce(&r, only_a, &mut data);
     assert_eq!(scores(&data, &r, only_a), vec![30.0 / 110.0]);
 }
@@ -222,6 +243,7 @@ fn parameters() {
     let inst = build(&spec(serde_json::json!({"cacheSizeInMBPerServer": 4, "cacheSizeInEmbeddingsPerServer": 0})), &cx)
         .expect("4 MiB = 2 items");
     assert!(inst.producer.is_some() && inst.pre_request.is_some() && inst.response.is_some());
+    assert!(inst.encoder_cache_sizer.is_some(), "sizes for the latency step");
     let produces = inst.producer.as_ref().map(|p| p.produces()).unwrap_or_default();
     assert_eq!(produces, vec![DataKey::EncoderCacheMatchInfo(Some("mm".into()))]);
     build(&spec(serde_json::json!({"cacheSizeInMBPerServer": -1})), &cx).expect("<= 0 = default");
@@ -233,24 +255,18 @@ fn encoder_cache_sizes_for_the_latency_predictor() {
     let metrics = PluginMetrics::default();
     let p = MmCacheProducer::new("mm".into(), 100, true, EndpointStore::new(), &metrics);
     let (a, b) = (endpoint("a").build(), endpoint("b").build());
-    let mut r = image_request("r", &[]);
-    r.mm_items = Some(vec![MediaItem { key: 1, modality: Modality::Image, size: 40 }].into());
-    route(&p, &r, &[a.clone(), b.clone()], &a);
-    r.mm_items = Some(
-        vec![
-            MediaItem { key: 1, modality: Modality::Image, size: 40 },
-            MediaItem { key: 2, modality: Modality::Audio, size: 10 },
-        ]
-        .into(),
-    );
+    let r = image_request("r", &[]);
+    let first = MediaItem { key: 1, modality: Modality::Image, size: 40 };
+    route_items(&p, &r, &[first], &[a.clone(), b.clone()], &a);
+    let both = phase_one(&[first, MediaItem { key: 2, modality: Modality::Audio, size: 10 }]);
     let queries_before = metrics.encoder_cache_queries.with_label_values(&[TYPE, "mm", "image"]).get();
-    let sizes = p.encoder_cache_sizes(&r, &[a, b]).expect("sizes");
+    let sizes = p.encoder_cache_sizes(&r, &both, &[a, b]);
     assert_eq!(sizes.input, 50);
     assert_eq!(sizes.per_endpoint.get("a").map(|s| (s.input, s.matched)), Some((50, 40)));
     assert!(!sizes.per_endpoint.contains_key("b"));
     let queries_after = metrics.encoder_cache_queries.with_label_values(&[TYPE, "mm", "image"]).get();
     assert_eq!(queries_before, queries_after, "a read-only lookup records no metrics");
     let text = crate::test_util::chat_request("m", &["hi"]);
-    let none = p.encoder_cache_sizes(&text, &[endpoint("a").build()]).expect("sizes");
+    let none = p.encoder_cache_sizes(&text, &RequestData::default(), &[endpoint("a").build()]);
     assert_eq!((none.input, none.per_endpoint.len()), (0, 0));
 }

@@ -26,6 +26,9 @@ use crate::endpoints::store::EndpointStore;
 use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
 use crate::framework::context::SchedulingContext;
 use crate::framework::data::MatchInfo;
+use crate::framework::plugin::{
+    BackgroundService, PluginInstance, PluginName, PreRequest, ServiceContext, ServiceFuture,
+};
 use crate::framework::result::{HeaderEdits, SchedulingResult};
 use crate::kvcache::hashing::HashExtras;
 use crate::kvcache::index::KeyMode;
@@ -33,7 +36,6 @@ use crate::kvcache::{
     DriftDetector, KvCacheMetrics, KvEventSource, PrefixIndex, SpeculativeLedger, Subscriber, SubscriberConfig,
     SubscriberHandle,
 };
-use crate::plugins::{BackgroundService, PluginInstance, PluginName, PreRequest, ServiceContext, ServiceFuture};
 use crate::request::InferenceRequest;
 use params::{Derived, Params};
 
@@ -120,7 +122,7 @@ impl PrecisePrefixProducer {
 impl PreRequest for PrecisePrefixProducer {
     fn pre_request(&self, cx: &SchedulingContext<'_>, result: &SchedulingResult, _: &mut HeaderEdits) {
         let Some(ledger) = &self.speculative else { return };
-        let Some(m) = cx.data.prefix(Some(&self.name)) else { return };
+        let Some(m) = cx.data.prefix.get(Some(&self.name)) else { return };
         let now = Instant::now();
         for holder in result.cache_holders() {
             self.metrics.record_speculative(ledger.record(&self.index, &holder.endpoint.id, &m.keys, now));

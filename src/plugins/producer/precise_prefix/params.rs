@@ -116,6 +116,10 @@ pub struct KvEventsConfig {
     pub max_message_bytes: Option<usize>,
     /// epp extension: most frames in one multipart message (default 8).
     pub max_frames_per_message: Option<usize>,
+    /// epp extension: time a publisher connection has for the ZMTP handshake (default `10s`).
+    pub handshake_timeout: Option<String>,
+    /// epp extension: most connections the central socket holds at once (default 256).
+    pub max_connections: Option<usize>,
 }
 
 impl Default for KvEventsConfig {
@@ -130,6 +134,8 @@ impl Default for KvEventsConfig {
             max_frame_bytes: None,
             max_message_bytes: None,
             max_frames_per_message: None,
+            handshake_timeout: None,
+            max_connections: None,
         }
     }
 }
@@ -283,6 +289,20 @@ impl Params {
                 None => default,
             };
         }
+        if let Some(max) = ev.max_connections {
+            if max == 0 {
+                return Err(("kvEventsConfig.maxConnections".into(), "must be at least 1".into()));
+            }
+            limits.max_connections = max;
+        }
+        if let Some(text) = ev.handshake_timeout.as_deref() {
+            let path = || "kvEventsConfig.handshakeTimeout".to_string();
+            let timeout = humantime::parse_duration(text.trim()).map_err(|e| (path(), e.to_string()))?;
+            if timeout.is_zero() {
+                return Err((path(), "must be positive (a handshake bound cannot be disabled)".into()));
+            }
+            limits.handshake_timeout = timeout;
+        }
         let subscriber = SubscriberConfig {
             zmq_endpoint: central.clone(),
             topic_filter: ev.topic_filter.clone(),
@@ -345,5 +365,22 @@ mod tests {
         );
         let params: Params = serde_yaml::from_str("kvEventsConfig: {maxMessageBytes: 0}").expect("parses");
         assert_eq!(params.derive().expect_err("zero").0, "kvEventsConfig.maxMessageBytes");
+    }
+
+    #[test]
+    fn connection_cap_and_handshake_timeout_default_and_override() {
+        let defaults = derive(false, None).expect("defaults").subscriber.limits;
+        assert_eq!((defaults.max_connections, defaults.handshake_timeout), (256, Duration::from_secs(10)));
+        let yaml = "kvEventsConfig: {maxConnections: 8, handshakeTimeout: 1500ms}";
+        let limits = serde_yaml::from_str::<Params>(yaml).expect("parses").derive().expect("derives").subscriber.limits;
+        assert_eq!((limits.max_connections, limits.handshake_timeout), (8, Duration::from_millis(1500)));
+        for (yaml, path) in [
+            ("kvEventsConfig: {maxConnections: 0}", "kvEventsConfig.maxConnections"),
+            ("kvEventsConfig: {handshakeTimeout: 0s}", "kvEventsConfig.handshakeTimeout"),
+            ("kvEventsConfig: {handshakeTimeout: soon}", "kvEventsConfig.handshakeTimeout"),
+        ] {
+            let params: Params = serde_yaml::from_str(yaml).expect("parses");
+            assert_eq!(params.derive().expect_err(yaml).0, path);
+        }
     }
 }

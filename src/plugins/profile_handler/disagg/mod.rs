@@ -30,8 +30,8 @@ use crate::endpoints::model::Candidate;
 use crate::framework::ScheduleError;
 use crate::framework::build::{BuildContext, BuildError, PluginSpec};
 use crate::framework::context::SchedulingContext;
+use crate::framework::plugin::{Decider, PluginInstance, PluginName, PreRequest, ProfileHandler};
 use crate::framework::result::{HeaderEdits, ProfileResults, SchedulingResult};
-use crate::plugins::{Decider, PluginInstance, PluginName, PreRequest, ProfileHandler};
 use crate::request::headers::DATA_PARALLEL_HOST_PORT;
 use params::{DeciderRef, Settings, StageOrder};
 

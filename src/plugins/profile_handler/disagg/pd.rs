@@ -17,8 +17,8 @@ use std::sync::Arc;
 
 use super::params::{DeciderRef, PdParams, Settings, StageOrder};
 use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
-use crate::plugins::Decider;
-use crate::plugins::PluginInstance;
+use crate::framework::plugin::Decider;
+use crate::framework::plugin::PluginInstance;
 use crate::plugins::decider::{AlwaysDecider, prefix_based::PrefixBasedDecider};
 
 /// Type name.

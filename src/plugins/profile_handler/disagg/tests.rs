@@ -1,7 +1,8 @@
 //! Handler tests through the real loader and scheduler.
 
 use crate::config::{ConfigErrors, LoadedConfig, load};
-use crate::plugins::registry::{BuildContext, builtin};
+use crate::framework::build::BuildContext;
+use crate::plugins::registry::builtin;
 use crate::request::headers::{ENCODER_HOSTS_PORTS, PREFILLER_HOST_PORT};
 use crate::scheduling::metrics::SchedulerMetrics;
 use crate::test_util::{chat_request, endpoint};
@@ -135,7 +136,7 @@ fn pd_profile_handler_maps_its_legacy_parameters() {
 #[derive(Debug)]
 struct NeedsPeer;
 
-impl crate::plugins::Filter for NeedsPeer {
+impl crate::framework::plugin::Filter for NeedsPeer {
     fn filter(
         &self,
         cx: &crate::framework::context::SchedulingContext<'_>,
@@ -149,8 +150,9 @@ impl crate::plugins::Filter for NeedsPeer {
 fn needs_peer(
     spec: &crate::framework::build::PluginSpec,
     _: &BuildContext,
-) -> Result<crate::plugins::PluginInstance, crate::framework::build::BuildError> {
-    Ok(crate::plugins::PluginInstance::new(spec.name.clone(), "needs-peer").with_filter(std::sync::Arc::new(NeedsPeer)))
+) -> Result<crate::framework::plugin::PluginInstance, crate::framework::build::BuildError> {
+    Ok(crate::framework::plugin::PluginInstance::new(spec.name.clone(), "needs-peer")
+        .with_filter(std::sync::Arc::new(NeedsPeer)))
 }
 
 #[test]

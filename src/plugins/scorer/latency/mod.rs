@@ -37,9 +37,9 @@ use crate::endpoints::model::Candidate;
 use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
 use crate::framework::context::{DataKey, SchedulingContext};
 use crate::framework::data::LatencyPrediction;
+use crate::framework::plugin::{Consumer, PluginInstance, PluginName, Scorer};
 use crate::plugins::filter::slo_headroom_tier::pick_positive;
 use crate::plugins::scorer::producer_name;
-use crate::plugins::{Consumer, PluginInstance, PluginName, Scorer};
 
 /// Type name.
 pub const TYPE: &str = "latency-scorer";
@@ -183,7 +183,7 @@ struct Row<'a> {
 
 impl LatencyScorer {
     fn prefix_scores(&self, cx: &SchedulingContext<'_>, candidates: &[Candidate]) -> Vec<f64> {
-        let m = cx.data.prefix(self.prefix.as_deref()).filter(|m| m.total_blocks > 0);
+        let m = cx.data.prefix.get(self.prefix.as_deref()).filter(|m| m.total_blocks > 0);
         candidates
             .iter()
             .map(|c| m.map_or(0.0, |m| m.get(c.id()).match_blocks as f64 / m.total_blocks as f64))
@@ -262,7 +262,7 @@ impl LatencyScorer {
     /// Scores every candidate (the latency-based selection before the unknown-load rule).
     fn score_all(&self, cx: &SchedulingContext<'_>, candidates: &[Candidate]) -> Vec<f64> {
         let prefix = self.prefix_scores(cx, candidates);
-        let predictions = cx.data.latency(self.latency.as_deref());
+        let predictions = cx.data.latency.get(self.latency.as_deref());
         let rows: Vec<Row<'_>> = candidates
             .iter()
             .enumerate()

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use super::*;
+use crate::framework::data::ByProducer;
 use crate::framework::data::{LatencyPredictions, MatchInfo, PrefixMatches, RequestData};
 use crate::test_util::{context_for, endpoint};
 
@@ -47,10 +48,8 @@ fn data(rows: &[(&str, f64, f64, f64, f64)], prefix: &[(&str, usize)]) -> Reques
         m.per_endpoint.insert((*n).into(), MatchInfo { match_blocks: *b, weighted_blocks: *b as f64 });
     }
     RequestData {
-        latency: vec![("lp".into(), Arc::new(l))],
-        default_latency_producer: Some("lp".into()),
-        prefix: vec![("p".into(), Arc::new(m))],
-        default_prefix_producer: Some("p".into()),
+        latency: ByProducer::only("lp", Arc::new(l)),
+        prefix: ByProducer::only("p", Arc::new(m)),
         ..Default::default()
     }
 }
