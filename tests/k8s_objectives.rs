@@ -92,7 +92,7 @@ async fn objectives_and_rewrites_created_after_start_apply_to_requests_until_del
     let app = epp::app::App::start(settings).await.expect("epp starts");
     let mut changes = app.store.subscribe_metrics();
     let deadline = tokio::time::Instant::now() + WAIT;
-    while !app.store.snapshot().get("vllm-0-rank-0").is_some_and(|e| e.metrics.load().metrics.waiting_queue_size == 9) {
+    while app.store.snapshot().get("vllm-0-rank-0").is_none_or(|e| e.metrics.load().metrics.waiting_queue_size != 9) {
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         assert!(matches!(tokio::time::timeout(left, changes.changed()).await, Ok(Ok(()))), "pod not scraped");
     }
