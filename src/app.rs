@@ -241,7 +241,8 @@ impl App {
         for note in &loaded.injected {
             info!(default = %note, "Config default injected");
         }
-        loaded.scheduler = loaded.scheduler.with_objectives(settings.objectives.clone());
+        let objectives = crate::objectives::ObjectiveStore::with_metrics(settings.objectives.clone(), &registry)?;
+        loaded.scheduler = loaded.scheduler.with_objectives(objectives.clone());
         let file_watch = file_discovery(&settings, &loaded, &store)?;
         let mut warnings = Vec::new();
         let scrape = scrape_config(&settings, &loaded, &mut warnings)?;
@@ -423,6 +424,11 @@ impl App {
         }
         if let (Some(kube), Some(k)) = (&kube, &settings.kubernetes) {
             start_pool_discovery(kube, k, &store, &health_state, &cancel, &mut tasks);
+            if let Some(pool) = &k.pool {
+                // Objects reference an InferencePool; standalone mode has none to match.
+                let pool = crate::k8s::objectives::PoolIdentity { name: pool.name.clone(), group: pool.group.clone() };
+                tasks.spawn(crate::k8s::objectives::run(kube.clone(), pool, objectives.clone(), cancel.clone()));
+            }
         }
         let election_stop = cancel.child_token();
         if let (Some(kube), Some(election)) =

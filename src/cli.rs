@@ -137,9 +137,9 @@ pub struct ServeArgs {
     /// Largest gRPC message sent (quantity); unlimited when absent.
     #[arg(long, value_parser = parse_quantity)]
     pub grpc_max_send_msg_size: Option<usize>,
-    /// Objective priority, `NAME=PRIORITY` (repeatable): stands in for Kubernetes
-    /// InferenceObjective objects; requests whose objective header names a negative priority
-    /// are shed with 429 while the pool is saturated.
+    /// Objective priority, `NAME=PRIORITY` (repeatable), for names no InferenceObjective
+    /// object carries (an object of the same name wins); requests whose objective header
+    /// names a negative priority are shed with 429 while the pool is saturated.
     #[arg(long = "objective", value_parser = parse_objective)]
     pub objectives: Vec<(String, i32)>,
     /// Log verbosity (logr levels: 2 default, 4 debug, 5 trace).

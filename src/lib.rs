@@ -86,6 +86,7 @@ pub mod kvcache;
 pub mod latency;
 pub mod memory;
 pub mod net;
+pub mod objectives;
 pub mod plugins;
 pub mod proto;
 pub mod replica;

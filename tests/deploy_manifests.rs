@@ -324,6 +324,8 @@ fn rbac_grants_what_the_go_epps_charts_grant() {
         ("inference.networking.k8s.io", "inferencepools"),
         ("inference.networking.x-k8s.io", "inferenceobjectives"),
         ("inference.networking.x-k8s.io", "inferencemodelrewrites"),
+        ("llm-d.ai", "inferenceobjectives"),
+        ("llm-d.ai", "inferencemodelrewrites"),
     ] {
         assert!(read.contains(&(group.into(), resource.into())), "Role: {group}/{resource}");
     }

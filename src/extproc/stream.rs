@@ -267,14 +267,17 @@ impl StreamProcessor {
         let body = Bytes::from(std::mem::take(&mut self.body));
         let large = body.len() > OFFLOAD_BODY_BYTES;
         let prepared = if large {
-            let parsers = self.scheduler.parsers().clone();
+            let scheduler = self.scheduler.clone();
             let (headers, raw, span) = (self.headers.clone(), body.clone(), otel::parse_span());
-            match tokio::task::spawn_blocking(move || span.in_scope(|| prepare(&parsers, &headers, &raw))).await {
+            let parse =
+                move || span.in_scope(|| prepare(scheduler.parsers(), scheduler.objectives(), &headers, &raw));
+            match tokio::task::spawn_blocking(parse).await {
                 Ok(p) => p,
                 Err(source) => return self.fail(ExtProcError::Task { what: "parsing", source }),
             }
         } else {
-            otel::parse_span().in_scope(|| prepare(self.scheduler.parsers(), &self.headers, &body))
+            otel::parse_span()
+                .in_scope(|| prepare(self.scheduler.parsers(), self.scheduler.objectives(), &self.headers, &body))
         };
         let mut prepared = match prepared {
             Ok(p) => p,

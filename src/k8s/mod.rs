@@ -5,6 +5,7 @@
 //! client (kubeconfig / in-cluster -> kube::Client) -> watch (kube watcher: LIST + WATCH, relist on 410)
 //!   -> discovery (pool + pods -> Endpoint list) -> endpoints::store (same path as --endpoints-file)
 //!   -> notify (any GVK -> typed Notification broadcast to subscribers)
+//!   -> objectives (InferenceObjective / InferenceModelRewrite of the pool -> objectives::ObjectiveStore)
 //! ```
 //!
 //! `pool` and `pod` are pure parsers of the two object kinds; only they know their JSON shape.
@@ -15,6 +16,7 @@ pub mod error;
 pub mod lease;
 pub mod metrics;
 pub mod notify;
+pub mod objectives;
 pub mod pod;
 pub mod pool;
 pub mod review;

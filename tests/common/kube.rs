@@ -558,3 +558,29 @@ pub fn pod(name: &str, labels: Value, ip: Option<&str>, ready: bool) -> Value {
     json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "ns", "labels": labels},
            "status": {"podIP": ip, "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]}})
 }
+
+/// Serves the discovery document of `group`/v1alpha2 with InferenceObjective and
+/// InferenceModelRewrite (`llm-d.ai` or `inference.networking.x-k8s.io`).
+pub fn serve_objective_crds(mock: &MockKube, group: &str) {
+    mock.set_discovery(
+        &format!("/apis/{group}/v1alpha2"),
+        json!([
+            {"name": "inferenceobjectives", "kind": "InferenceObjective", "namespaced": true},
+            {"name": "inferencemodelrewrites", "kind": "InferenceModelRewrite", "namespaced": true},
+        ]),
+    );
+}
+
+/// An InferenceObjective of `group` referencing the v1 pool `pool`.
+pub fn objective(group: &str, name: &str, pool: &str, priority: i32) -> Value {
+    json!({"apiVersion": format!("{group}/v1alpha2"), "kind": "InferenceObjective",
+           "metadata": {"name": name, "namespace": "ns"},
+           "spec": {"priority": priority, "poolRef": {"group": "inference.networking.k8s.io", "name": pool}}})
+}
+
+/// An InferenceModelRewrite of `group` referencing the v1 pool `pool`, created at `created`.
+pub fn model_rewrite(group: &str, name: &str, pool: &str, created: &str, rules: Value) -> Value {
+    json!({"apiVersion": format!("{group}/v1alpha2"), "kind": "InferenceModelRewrite",
+           "metadata": {"name": name, "namespace": "ns", "creationTimestamp": created},
+           "spec": {"poolRef": {"group": "inference.networking.k8s.io", "name": pool}, "rules": rules}})
+}
