@@ -90,6 +90,7 @@ pub mod net;
 pub mod plugins;
 pub mod proto;
 pub mod reload;
+pub mod replica;
 pub mod request;
 pub mod scheduling;
 pub mod scrape_flags;

@@ -54,6 +54,8 @@ pub struct BuildContext {
     pub earlier: Vec<PluginInstance>,
     /// Names of every plugin declared in the document, for suggestions.
     pub declared: Vec<String>,
+    /// Link to the other replicas (docs/replicas.md); disabled by default.
+    pub replica: super::replica::ReplicaHandle,
 }
 
 impl BuildContext {

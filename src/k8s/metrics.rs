@@ -19,6 +19,8 @@ pub struct K8sMetrics {
     pub ready_pods: IntGauge,
     /// `epp_k8s_pool_endpoints`: endpoints (pod x active target port) discovered from the pool.
     pub endpoints: IntGauge,
+    /// `epp_k8s_leader`: 1 while this replica holds the leader-election Lease.
+    pub leader: IntGauge,
     /// `epp_k8s_notifications_total{plugin_name, resource, event}`; event = add_or_update | delete.
     pub notifications: IntCounterVec,
 }
@@ -53,6 +55,7 @@ impl K8sMetrics {
                 "epp_k8s_pool_endpoints",
                 "Endpoints (pod x active target port) discovered from the pool.",
             )?,
+            leader: gauge("epp_k8s_leader", "1 while this replica holds the leader-election Lease, else 0.")?,
             notifications: counter(
                 "epp_k8s_notifications_total",
                 "Object notifications delivered by k8s-notification-source plugins.",

@@ -19,6 +19,7 @@ use crate::framework::plugin::{Admitter, DataProducer, PreRequest, ProfileHandle
 use crate::framework::result::{HeaderEdits, ProfileResults, SchedulingResult};
 use crate::request::InferenceRequest;
 use crate::request::parsers::ParserSet;
+use crate::telemetry::otel;
 
 /// A decision and everything computed on the way.
 #[derive(Clone, Debug)]
@@ -29,6 +30,13 @@ pub struct Decision {
     pub data: RequestData,
     /// Request-header edits from pre-request hooks.
     pub headers: HeaderEdits,
+}
+
+impl Decision {
+    /// Id of the primary profile's first target (`""` when none).
+    fn target(&self) -> &str {
+        self.result.primary().and_then(|p| p.targets.first()).map_or("", |c| &**c.id())
+    }
 }
 
 /// An admitter with its timer and decision counters.
@@ -251,8 +259,10 @@ impl Scheduler {
         candidates: Vec<Candidate>,
     ) -> Result<Decision, ScheduleError> {
         let start = Instant::now();
-        let outcome = self.schedule_inner(request, awaited, candidates);
+        let span = otel::schedule_span(candidates.len());
+        let outcome = span.in_scope(|| self.schedule_inner(request, awaited, candidates));
         self.metrics.record_decision(start.elapsed().as_secs_f64(), outcome.is_ok());
+        otel::record_schedule(&span, outcome.as_ref().map(Decision::target).map_err(|_| "failed"));
         outcome
     }
 
