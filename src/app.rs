@@ -28,10 +28,11 @@ use crate::extproc::streams::StreamTracker;
 use crate::flowcontrol::FlowController;
 use crate::flowcontrol::metrics::FlowControlMetrics;
 use crate::framework::build::{BuildContext, PluginMetrics};
-use crate::framework::plugin::{BackgroundService, ServiceContext};
+use crate::framework::plugin::ServiceContext;
 use crate::health::HealthState;
 use crate::plugins::registry::builtin;
 use crate::proto::ext_proc::external_processor_server::ExternalProcessorServer;
+use crate::reload::{ConfigReloader, ReloadMetrics, ServiceSet, services_of};
 use crate::scheduling::handle::SchedulerHandle;
 use crate::scheduling::metrics::SchedulerMetrics;
 use crate::scrape_flags::ScrapeFlags;
@@ -54,6 +55,8 @@ pub struct Settings {
     pub cert_path: Option<PathBuf>,
     /// Config text (already read from `--config-file` or `--config-text`); `None` = default.
     pub config_text: Option<String>,
+    /// Hot reload of `--config-file` (the file `config_text` was read from).
+    pub config_reload: Option<crate::reload::ReloadSettings>,
     /// Static endpoints file.
     pub endpoints_file: Option<PathBuf>,
     /// How often the endpoints file is checked for changes.
@@ -144,6 +147,7 @@ impl Settings {
             secure_serving: false,
             cert_path: None,
             config_text: None,
+            config_reload: None,
             endpoints_file: None,
             endpoints_poll_interval: Duration::from_secs(1),
             refresh_metrics_interval: Duration::from_millis(50),
@@ -198,7 +202,7 @@ pub struct App {
     election_stop: CancellationToken,
     cancel: CancellationToken,
     tasks: JoinSet<()>,
-    services: Vec<Arc<dyn BackgroundService>>,
+    services: Arc<ServiceSet>,
 }
 
 /// Loads and validates a config (or the default) against the built-in registry.
@@ -237,7 +241,8 @@ impl App {
             replica: replica_sync.as_ref().map(|r| r.handle()).unwrap_or_default(),
             ..Default::default()
         };
-        let mut loaded = load_config(settings.config_text.as_deref(), &cx, SchedulerMetrics::register(&registry)?)?;
+        let scheduler_metrics = SchedulerMetrics::register(&registry)?;
+        let mut loaded = load_config(settings.config_text.as_deref(), &cx, scheduler_metrics.clone())?;
         for note in &loaded.injected {
             info!(default = %note, "Config default injected");
         }
@@ -246,8 +251,8 @@ impl App {
         let file_watch = file_discovery(&settings, &loaded, &store)?;
         let mut warnings = Vec::new();
         let scrape = scrape_config(&settings, &loaded, &mut warnings)?;
-        let services: Vec<Arc<dyn BackgroundService>> =
-            loaded.plugins.iter().filter_map(|p| p.background.clone()).collect();
+        let services = services_of(&loaded);
+        let reusable = std::mem::take(&mut loaded.reusable);
         let flow_control = match loaded.flow_control.take() {
             Some(fc) => {
                 info!(ceiling = fc.ceiling, "Flow Control enabled");
@@ -445,12 +450,28 @@ impl App {
             sync.spawn(&mut tasks, &cancel);
         }
         info!(%grpc_addr, %health_addr, %metrics_addr, tls = settings.secure_serving, "epp serving");
-        for service in &services {
-            let cx = ServiceContext { endpoints: store.clone(), cancel: cancel.clone(), kube: kube.clone() };
-            if let Err(error) = service.start(cx).await {
-                cancel.cancel();
-                anyhow::bail!("starting a plugin's background service failed: {error}");
-            }
+        let service_set =
+            Arc::new(ServiceSet::new(ServiceContext { endpoints: store.clone(), cancel: cancel.clone(), kube }));
+        if let Err(error) = service_set.start_new(&services).await {
+            cancel.cancel();
+            anyhow::bail!("starting a plugin's background service failed: {error}");
+        }
+        let reload_metrics = ReloadMetrics::register(&registry)?;
+        if let (Some(reload), Some(text)) = (settings.config_reload.clone(), settings.config_text.clone())
+            && !reload.interval.is_zero()
+        {
+            info!(path = %reload.path.display(), interval = ?reload.interval, "Watching the config file for changes");
+            let reloader = ConfigReloader {
+                settings: reload,
+                build: cx,
+                scheduler_metrics,
+                objectives: settings.objectives.clone(),
+                flow_control: flow_control.is_some(),
+                shared: shared.clone(),
+                services: service_set.clone(),
+                metrics: reload_metrics,
+            };
+            tasks.spawn(reloader.run(text, reusable, cancel.clone()));
         }
         let drain_metrics = crate::shutdown::DrainMetrics::register(&registry)?;
         Ok(Self {
@@ -470,7 +491,7 @@ impl App {
             election_stop,
             cancel,
             tasks,
-            services,
+            services: service_set,
         })
     }
 
@@ -483,7 +504,7 @@ impl App {
     /// Barrier: resolves once every plugin background service (e.g. KV-event subscribers) has
     /// applied everything it received so far.
     pub async fn flush(&self) {
-        for service in &self.services {
+        for service in self.services.current() {
             service.flush().await;
         }
     }

@@ -110,6 +110,9 @@ pub struct ServeArgs {
     /// EndpointPickerConfig YAML text.
     #[arg(long)]
     pub config_text: Option<String>,
+    /// How often `--config-file` is checked for changes (hot reload); `0s` turns reload off.
+    #[arg(long, default_value = "1s", value_parser = parse_go_duration)]
+    pub config_reload_interval: Duration,
     /// Static endpoint list (YAML), reloaded when it changes.
     #[arg(long)]
     pub endpoints_file: Option<PathBuf>,

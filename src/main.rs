@@ -93,6 +93,10 @@ async fn serve_until_drained(args: epp::cli::ServeArgs) -> anyhow::Result<()> {
         secure_serving: args.secure_serving,
         cert_path: args.cert_path.clone(),
         config_text,
+        config_reload: args
+            .config_file
+            .clone()
+            .map(|path| epp::reload::ReloadSettings { path, interval: args.config_reload_interval }),
         endpoints_file: args.endpoints_file.clone(),
         endpoints_poll_interval: args.endpoints_file_poll_interval,
         refresh_metrics_interval: args.refresh_metrics_interval,

@@ -23,6 +23,8 @@ use tokio_rustls::server::TlsStream;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use crate::file_watch::{Change, ContentWatch};
+
 /// Why TLS material could not be prepared.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
@@ -277,35 +279,25 @@ impl ReloadingCert {
     /// Re-reads the files every `interval` until `cancel`; a changed pair that parses is served
     /// from the next handshake on; one that does not is logged once and the previous one kept.
     pub async fn watch(self: Arc<Self>, interval: Duration, cancel: CancellationToken) {
-        let mut last = read_pair(&self.dir).ok();
-        let mut ticks = tokio::time::interval(interval);
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = cancel.cancelled() => return,
-                _ = ticks.tick() => {}
-            }
-            let pair = match read_pair(&self.dir) {
-                Ok(pair) => pair,
-                Err(error) => {
-                    debug!(%error, "certificate files unreadable; keeping the served certificate");
-                    continue;
-                }
-            };
-            if last.as_ref() == Some(&pair) {
-                continue;
-            }
-            match certified_key(&self.provider, &pair.0, &pair.1) {
-                Ok(key) => {
-                    self.current.store(Arc::new(key));
-                    info!(dir = %self.dir.display(), "Serving certificate reloaded");
-                }
-                // A half-written pair (certificate updated, key not yet) resolves on a later tick.
-                Err(error) => {
-                    warn!(%error, dir = %self.dir.display(), "New certificate rejected; keeping the served one")
+        let dir = self.dir.clone();
+        let current = read_pair(&self.dir).ok();
+        let mut watch = ContentWatch::new(interval, current.as_ref(), move || read_pair(&dir));
+        while let Some(change) = watch.next(&cancel).await {
+            match change {
+                Change::Changed(pair) => match certified_key(&self.provider, &pair.0, &pair.1) {
+                    Ok(key) => {
+                        self.current.store(Arc::new(key));
+                        info!(dir = %self.dir.display(), "Serving certificate reloaded");
+                    }
+                    // A half-written pair (certificate updated, key not yet) resolves on a later tick.
+                    Err(error) => {
+                        warn!(%error, dir = %self.dir.display(), "New certificate rejected; keeping the served one")
+                    }
+                },
+                Change::Unreadable(error) => {
+                    debug!(%error, "certificate files unreadable; keeping the served certificate")
                 }
             }
-            last = Some(pair);
         }
     }
 }

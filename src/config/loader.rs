@@ -32,6 +32,36 @@ pub struct LoadedConfig {
     pub data_layer: DataLayerSettings,
     /// Flow Control settings; `Some` only with the `flowControl` feature gate.
     pub flow_control: Option<FlowControlSettings>,
+    /// The declared plugins as configured and built, for a later load to reuse.
+    pub reusable: Reusable,
+    /// Names of the declared plugins taken over unchanged from the previous load.
+    pub reused: Vec<PluginName>,
+}
+
+/// Declared plugins of a loaded config that a reload may take over (with their state:
+/// prefix indexes, KV subscriptions, tokenizer caches) instead of building them again.
+#[derive(Clone, Debug, Default)]
+pub struct Reusable(Vec<(PluginSpec, PluginInstance)>);
+
+impl Reusable {
+    /// The previous instance for `spec` when its name, type and parameters are unchanged and
+    /// no plugin its parameters name was rebuilt in this load (`rebuilt`).
+    fn take_over(&self, spec: &PluginSpec, rebuilt: &[String]) -> Option<PluginInstance> {
+        let (_, instance) = self.0.iter().find(|(old, _)| {
+            old.name == spec.name && old.type_name == spec.type_name && old.parameters == spec.parameters
+        })?;
+        (!names_any(&spec.parameters, rebuilt)).then(|| instance.clone())
+    }
+}
+
+/// Whether any string in `value` is one of `names` (plugin references are strings).
+fn names_any(value: &serde_json::Value, names: &[String]) -> bool {
+    match value {
+        serde_json::Value::String(s) => names.iter().any(|n| n == s),
+        serde_json::Value::Array(items) => items.iter().any(|v| names_any(v, names)),
+        serde_json::Value::Object(map) => map.iter().any(|(k, v)| names.iter().any(|n| n == k) || names_any(v, names)),
+        _ => false,
+    }
 }
 
 /// Settings the data-layer plugins give the app (scraper, models pollers, discovery).
@@ -113,13 +143,25 @@ pub fn load(
     cx: &BuildContext,
     metrics: SchedulerMetrics,
 ) -> Result<LoadedConfig, ConfigErrors> {
+    load_reusing(text, registry, cx, metrics, &Reusable::default())
+}
+
+/// Loads a config document, taking over the unchanged declared plugins of `previous`
+/// (config hot reload).
+pub fn load_reusing(
+    text: &str,
+    registry: &Registry,
+    cx: &BuildContext,
+    metrics: SchedulerMetrics,
+    previous: &Reusable,
+) -> Result<LoadedConfig, ConfigErrors> {
     crate::yaml_limits::check(text, crate::yaml_limits::CONFIG)
         .map_err(|e| ConfigErrors(vec![ConfigError::new("<document>", format!("refused before parsing: {e}"))]))?;
     let raw: RawConfig =
         serde_yaml::from_str(text).map_err(|e| ConfigErrors(vec![ConfigError::new("<document>", e.to_string())]))?;
     let mut errors = Vec::new();
     check_header(&raw, &mut errors);
-    let mut instances = instantiate(&raw, registry, cx, &mut errors);
+    let (mut instances, reused) = instantiate(&raw, registry, cx, previous, &mut errors);
     let profile_list = profiles::build(&raw, registry, cx, &metrics, &mut instances, &mut errors);
     let producer_plan = producers::plan(registry, cx, &mut instances, &mut errors);
     let saturation = saturation_detector(&raw, registry, cx, &mut instances, &mut errors);
@@ -182,8 +224,12 @@ pub fn load(
         parsers,
         stage,
     });
+    let declared = instances.items.iter().filter(|(spec, _)| !spec.path.starts_with("<injected"));
+    let reusable = Reusable(declared.cloned().collect());
     Ok(LoadedConfig {
         scheduler,
+        reusable,
+        reused,
         injected: instances.injected,
         plugins: instances.items.into_iter().map(|(_, i)| i).collect(),
         data_layer,
@@ -216,7 +262,14 @@ fn check_header(raw: &RawConfig, errors: &mut Vec<ConfigError>) {
     }
 }
 
-fn instantiate(raw: &RawConfig, registry: &Registry, cx: &BuildContext, errors: &mut Vec<ConfigError>) -> Instances {
+fn instantiate(
+    raw: &RawConfig,
+    registry: &Registry,
+    cx: &BuildContext,
+    previous: &Reusable,
+    errors: &mut Vec<ConfigError>,
+) -> (Instances, Vec<PluginName>) {
+    let (mut reused, mut rebuilt) = (Vec::new(), Vec::new());
     let declared: Vec<String> = raw
         .plugins
         .iter()
@@ -259,6 +312,12 @@ fn instantiate(raw: &RawConfig, registry: &Registry, cx: &BuildContext, errors: 
             }
         };
         let spec = PluginSpec { name: name.into(), type_name: type_name.to_string(), parameters, path };
+        if let Some(instance) = previous.take_over(&spec, &rebuilt) {
+            reused.push(spec.name.clone());
+            out.items.push((spec, instance));
+            continue;
+        }
+        rebuilt.push(spec.name.to_string());
         let mut plugin_cx = cx.clone();
         plugin_cx.earlier = out.items.iter().map(|(_, i)| i.clone()).collect();
         plugin_cx.declared = declared.clone();
@@ -270,7 +329,7 @@ fn instantiate(raw: &RawConfig, registry: &Registry, cx: &BuildContext, errors: 
             }
         }
     }
-    out
+    (out, reused)
 }
 
 fn saturation_detector(

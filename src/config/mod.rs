@@ -12,7 +12,7 @@ pub mod profiles;
 pub mod raw;
 
 pub use error::{ConfigError, ConfigErrors};
-pub use loader::{LoadedConfig, load};
+pub use loader::{LoadedConfig, Reusable, load, load_reusing};
 
 /// Accepted `apiVersion` values.
 pub const API_VERSIONS: &[&str] = &["llm-d.ai/v1alpha1", "inference.networking.x-k8s.io/v1alpha1"];

@@ -352,3 +352,34 @@ fn models_and_discovery_data_layer_checks() {
     let source_only = try_load(&base("- type: models-data-source\n", "")).expect("loads");
     assert!(source_only.data_layer.models.is_none(), "no extractor, no polling");
 }
+
+#[test]
+fn reload_reuses_unchanged_plugins_and_rebuilds_changed_ones() {
+    let doc = |threshold: u32| {
+        format!(
+            "plugins:
+  - type: prefix-cache-scorer
+  - name: cap
+    type: max-score-picker
+    parameters: {{maxNumOfEndpoints: {threshold}}}
+schedulingProfiles:
+  - name: default
+    plugins:
+      - pluginRef: prefix-cache-scorer
+      - pluginRef: cap
+"
+        )
+    };
+    let cx = BuildContext::default();
+    let first = load(&doc(1), &builtin(), &cx, SchedulerMetrics::detached()).expect("loads");
+    let second =
+        load_reusing(&doc(2), &builtin(), &cx, SchedulerMetrics::detached(), &first.reusable).expect("reloads");
+    let scorer =
+        |l: &LoadedConfig| l.plugins.iter().find(|p| &*p.name == "prefix-cache-scorer").and_then(|p| p.scorer.clone());
+    let picker = |l: &LoadedConfig| l.plugins.iter().find(|p| &*p.name == "cap").and_then(|p| p.picker.clone());
+    let (Some(old), Some(new)) = (scorer(&first), scorer(&second)) else { panic!("scorers") };
+    assert!(std::sync::Arc::ptr_eq(&old, &new), "unchanged plugin keeps its instance (and its prefix index)");
+    let (Some(old), Some(new)) = (picker(&first), picker(&second)) else { panic!("pickers") };
+    assert!(!std::sync::Arc::ptr_eq(&old, &new), "changed parameters rebuild the plugin");
+    assert_eq!(second.reused.iter().map(|n| &**n).collect::<Vec<_>>(), ["prefix-cache-scorer"]);
+}

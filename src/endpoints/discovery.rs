@@ -28,6 +28,8 @@ use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use crate::file_watch::{Change, ContentWatch};
+
 use super::model::Endpoint;
 use super::store::EndpointStore;
 
@@ -186,21 +188,17 @@ pub async fn watch_endpoints_file(
     interval: Duration,
     cancel: CancellationToken,
 ) {
-    let mut last = Some(loaded);
-    let mut ticks = super::periodic::Periodic::new(interval);
-    let mut failing = false;
-    while ticks.tick(&cancel).await {
-        let Ok(bytes) = tokio::fs::read(&path).await else {
-            if !failing {
-                warn!(path = %path.display(), "Endpoints file unreadable; keeping the previous list");
-                failing = true;
+    let source = path.clone();
+    let mut watch = ContentWatch::new(interval, Some(&loaded), move || std::fs::read(&source));
+    while let Some(change) = watch.next(&cancel).await {
+        let bytes = match change {
+            Change::Changed(bytes) => bytes,
+            Change::Unreadable(error) => {
+                warn!(path = %path.display(), %error, "Endpoints file unreadable; keeping the previous list");
+                continue;
             }
-            continue;
         };
-        if last.as_deref() == Some(bytes.as_slice()) {
-            continue;
-        }
-        let parsed = String::from_utf8(bytes.clone())
+        let parsed = String::from_utf8(bytes)
             .map_err(|e| DiscoveryError::Invalid { path: path.clone(), message: e.to_string() })
             .and_then(|text| parse_endpoints(&text, &path));
         match parsed {
@@ -208,14 +206,8 @@ pub async fn watch_endpoints_file(
                 let diff = store.replace(endpoints);
                 info!(path = %path.display(), added = diff.added.len(), updated = diff.updated.len(),
                     removed = diff.removed.len(), "Endpoints file reloaded");
-                failing = false;
-                last = Some(bytes);
             }
-            Err(error) => {
-                warn!(%error, "Endpoints file change rejected; keeping the previous list");
-                failing = true;
-                last = Some(bytes);
-            }
+            Err(error) => warn!(%error, "Endpoints file change rejected; keeping the previous list"),
         }
     }
 }

@@ -1,4 +1,4 @@
-//! A cancellable periodic tick for the background loops (file watcher, scrapers): ticks at a
+//! A cancellable periodic tick for the background loops (scrapers, pollers): ticks at a
 //! fixed period, delaying (not bursting) after a slow iteration.
 
 use std::time::Duration;
