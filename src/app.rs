@@ -465,7 +465,7 @@ impl App {
                 settings: reload,
                 build: cx,
                 scheduler_metrics,
-                objectives: settings.objectives.clone(),
+                objectives: objectives.clone(),
                 flow_control: flow_control.is_some(),
                 shared: shared.clone(),
                 services: service_set.clone(),

@@ -6,7 +6,6 @@
 //! that does not load keeps the running config; every problem is logged with its path.
 //! [`ServiceSet`] owns the running plugin background services (KV-event subscriptions).
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -139,8 +138,9 @@ pub struct ConfigReloader {
     pub build: BuildContext,
     /// Scheduler metric families (shared by every generation).
     pub scheduler_metrics: SchedulerMetrics,
-    /// `--objective` priorities, applied to every scheduler.
-    pub objectives: HashMap<String, i32>,
+    /// Objective priorities (`--objective` and the InferenceObjective watch), one store shared
+    /// by every scheduler generation.
+    pub objectives: crate::objectives::ObjectiveStore,
     /// Whether the running app has a Flow Control controller (the gate cannot change).
     pub flow_control: bool,
     /// The swap point.
