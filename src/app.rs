@@ -84,13 +84,31 @@ pub struct Settings {
     pub grpc_stream_metrics: bool,
     /// Connection hygiene and metrics staleness (`crate::net::limits`).
     pub limits: crate::net::limits::Limits,
+    /// Replica state sharing through Redis (`--replica-sync-url`); `None` = off.
+    pub replica_sync: Option<crate::replica::SyncSettings>,
+    /// `--metrics-endpoint-auth`: `/metrics` needs a bearer token the API server authenticates
+    /// and authorises (only with Kubernetes access).
+    pub metrics_auth: bool,
+    /// TLS on the metrics port (`--metrics-cert-dir`, `--metrics-client-ca-file`).
+    pub metrics_tls: Option<MetricsTls>,
+    /// `--metrics-naming`: which names of twin metric families `/metrics` exports.
+    pub metrics_naming: crate::telemetry::naming::MetricsNaming,
+}
+
+/// TLS settings of the metrics port.
+#[derive(Clone, Debug, Default)]
+pub struct MetricsTls {
+    /// Directory with `tls.crt` / `tls.key`; `None` = self-signed.
+    pub cert_dir: Option<std::path::PathBuf>,
+    /// PEM bundle of CAs that client certificates must chain to; `None` = no client check.
+    pub client_ca: Option<std::path::PathBuf>,
 }
 
 /// Kubernetes settings of the app.
 #[derive(Clone, Debug)]
 pub struct KubeSettings {
-    /// API server and credentials.
-    pub cluster: crate::k8s::config::ClusterConfig,
+    /// API server and credentials (loaded when the app starts).
+    pub cluster: crate::k8s::client::KubeSource,
     /// Namespace of the pool and of namespaced notification sources.
     pub namespace: String,
     /// The pool whose pods become endpoints; `None` = Kubernetes only for plugins.
@@ -100,6 +118,19 @@ pub struct KubeSettings {
     pub standalone: Option<crate::k8s::pool::PoolSpec>,
     /// Watch retry settings.
     pub watch: crate::k8s::watch::WatchOptions,
+    /// Leader election (`--ha-enable-leader-election`): the Lease and this replica's identity.
+    pub leader_election: Option<LeaderElectionSettings>,
+}
+
+/// Leader election settings.
+#[derive(Clone, Debug)]
+pub struct LeaderElectionSettings {
+    /// Lease name ([`crate::k8s::lease::lease_name`]).
+    pub lease: String,
+    /// Holder identity (the pod name).
+    pub holder: String,
+    /// Durations.
+    pub timing: crate::k8s::lease::ElectionTiming,
 }
 
 impl Settings {
@@ -128,6 +159,10 @@ impl Settings {
             refresh_prometheus_metrics_interval: Duration::from_secs(5),
             grpc_stream_metrics: false,
             limits: crate::net::limits::Limits::default(),
+            replica_sync: None,
+            metrics_auth: false,
+            metrics_tls: None,
+            metrics_naming: Default::default(),
         }
     }
 }
@@ -151,12 +186,16 @@ pub struct App {
     pub health: HealthState,
     /// Open ext_proc streams.
     pub streams: Arc<StreamTracker>,
+    /// Replica state sharing, when on.
+    pub replica_sync: Option<Arc<crate::replica::ReplicaSync>>,
     /// State every ext_proc stream shares (the scheduler's swap point among it).
     shared: Arc<Shared>,
     /// Stops accepting ext_proc connections (graceful: open streams finish).
     serving: CancellationToken,
     ext_proc: Option<tokio::task::JoinHandle<()>>,
     drain_metrics: crate::shutdown::DrainMetrics,
+    /// Stops campaigning and releases the Lease (leader election only).
+    election_stop: CancellationToken,
     cancel: CancellationToken,
     tasks: JoinSet<()>,
     services: Vec<Arc<dyn BackgroundService>>,
@@ -188,16 +227,22 @@ impl App {
             store.replace(endpoints);
             loaded_bytes = bytes;
         }
+        let replica_sync = match &settings.replica_sync {
+            Some(s) => Some(Arc::new(crate::replica::ReplicaSync::new(s.clone(), &registry)?)),
+            None => None,
+        };
         let cx = BuildContext {
             endpoints: store.clone(),
             metrics: PluginMetrics::register(&registry)?,
+            replica: replica_sync.as_ref().map(|r| r.handle()).unwrap_or_default(),
             ..Default::default()
         };
         let mut loaded = load_config(settings.config_text.as_deref(), &cx, SchedulerMetrics::register(&registry)?)?;
         for note in &loaded.injected {
             info!(default = %note, "Config default injected");
         }
-        loaded.scheduler = loaded.scheduler.with_objectives(settings.objectives.clone());
+        let objectives = crate::objectives::ObjectiveStore::with_metrics(settings.objectives.clone(), &registry)?;
+        loaded.scheduler = loaded.scheduler.with_objectives(objectives.clone());
         let file_watch = file_discovery(&settings, &loaded, &store)?;
         let mut warnings = Vec::new();
         let scrape = scrape_config(&settings, &loaded, &mut warnings)?;
@@ -221,10 +266,12 @@ impl App {
             flow_control: flow_control.clone(),
         });
         let scrape_metrics = ScrapeMetrics::register(&registry)?;
+        let pool_name = settings.kubernetes.as_ref().and_then(|k| k.pool.as_ref()).map_or("", |p| p.name.as_str());
+        let pool_gauges = crate::telemetry::pool_gauges::PoolGauges::register(&registry, pool_name)?;
+        crate::telemetry::process::register(&registry)?;
         let kube = match &settings.kubernetes {
             Some(k) => Some(crate::k8s::KubeHandle {
-                client: crate::k8s::client::ApiClient::new(k.cluster.clone(), Duration::from_secs(30))
-                    .context("Kubernetes client")?,
+                client: crate::k8s::client::connect(&k.cluster).await.context("Kubernetes client")?,
                 namespace: k.namespace.clone(),
                 metrics: crate::k8s::metrics::K8sMetrics::register(&registry)?,
                 options: k.watch,
@@ -336,7 +383,18 @@ impl App {
             details.extend(crate::kvcache::metrics::readiness_details(&ready_registry));
             Ok(details)
         });
-        tasks.spawn(crate::telemetry::admin::serve(admin, registry.clone(), ready, cancel.clone()));
+        let guard = metrics_guard(settings.metrics_auth, kube.as_ref());
+        let admin_tls = match &settings.metrics_tls {
+            Some(t) => Some(
+                crate::tls::metrics_server_config(t.cert_dir.as_deref(), t.client_ca.as_deref())
+                    .context("metrics port TLS")?,
+            ),
+            None => None,
+        };
+        let admin_options =
+            crate::telemetry::admin::AdminOptions { naming: settings.metrics_naming, guard, tls: admin_tls };
+        tasks.spawn(crate::telemetry::admin::serve(admin, registry.clone(), ready, admin_options, cancel.clone()));
+        tasks.spawn(pool_gauges.run(store.clone(), settings.refresh_prometheus_metrics_interval, cancel.clone()));
         if let Some(path) = settings.endpoints_file.clone() {
             tasks.spawn(watch_endpoints_file(
                 path,
@@ -367,12 +425,26 @@ impl App {
         }
         if let (Some(kube), Some(k)) = (&kube, &settings.kubernetes) {
             start_pool_discovery(kube, k, &store, &health_state, &cancel, &mut tasks);
+            if let Some(pool) = &k.pool {
+                // Objects reference an InferencePool; standalone mode has none to match.
+                let pool = crate::k8s::objectives::PoolIdentity { name: pool.name.clone(), group: pool.group.clone() };
+                tasks.spawn(crate::k8s::objectives::run(kube.clone(), pool, objectives.clone(), cancel.clone()));
+            }
+        }
+        let election_stop = cancel.child_token();
+        if let (Some(kube), Some(election)) =
+            (&kube, settings.kubernetes.as_ref().and_then(|k| k.leader_election.as_ref()))
+        {
+            start_leader_election(kube, election, &health_state, &election_stop, &mut tasks);
         }
         if let Some(controller) = flow_control.clone() {
             tasks.spawn(controller.run(cancel.clone()));
         }
         tasks.spawn(run_scrapers(store.clone(), Arc::new(scrape), scrape_metrics, cancel.clone()));
         tasks.spawn(crate::memory::run_trimmer(crate::memory::TRIM_PERIOD, cancel.clone()));
+        if let Some(sync) = &replica_sync {
+            sync.spawn(&mut tasks, &cancel);
+        }
         info!(%grpc_addr, %health_addr, %metrics_addr, tls = settings.secure_serving, "epp serving");
         for service in &services {
             let cx = ServiceContext { endpoints: store.clone(), cancel: cancel.clone(), kube: kube.clone() };
@@ -391,10 +463,12 @@ impl App {
             flow_control,
             health: health_state,
             streams,
+            replica_sync,
             shared,
             serving,
             ext_proc: Some(ext_proc_task),
             drain_metrics,
+            election_stop,
             cancel,
             tasks,
             services,
@@ -440,6 +514,8 @@ impl App {
     /// Graceful shutdown (SIGTERM), bounded by `plan.timeout` whatever the peers do: see
     /// [`crate::shutdown`].
     pub async fn drain(mut self, plan: crate::shutdown::DrainPlan) -> crate::shutdown::DrainReport {
+        // A leader releases its Lease at once so a standby takes over within a retry period.
+        self.election_stop.cancel();
         let ext_proc = self.ext_proc.take();
         let report =
             crate::shutdown::drain(plan, &self.health, &self.streams, &self.drain_metrics, &self.serving, ext_proc)
@@ -480,6 +556,71 @@ fn file_discovery(
     info!(path = %fd.path.display(), count = endpoints.len(), watch = fd.watch_file, "Endpoints loaded (file-discovery)");
     store.replace(endpoints);
     Ok(fd.watch_file.then(|| (fd.path.clone(), bytes)))
+}
+
+/// The `/metrics` guard of `--metrics-endpoint-auth`: Kubernetes token and access reviews
+/// (see [`crate::k8s::review`]). Without Kubernetes access there is nobody to ask: /metrics
+/// is served open, with a warning.
+fn metrics_guard(
+    enabled: bool,
+    kube: Option<&crate::k8s::KubeHandle>,
+) -> Option<crate::telemetry::admin::MetricsGuard> {
+    use crate::k8s::review::{MetricsReviewer, Verdict};
+    use hyper::StatusCode;
+    if !enabled {
+        return None;
+    }
+    let Some(kube) = kube else {
+        tracing::warn!(
+            "--metrics-endpoint-auth is on but there is no Kubernetes access (no kubeconfig, not in a cluster): \
+             /metrics is served without authentication"
+        );
+        return None;
+    };
+    info!("/metrics requires a bearer token allowed to get /metrics (TokenReview + SubjectAccessReview)");
+    let reviewer = Arc::new(MetricsReviewer::new(kube.client.clone()));
+    Some(Arc::new(move |token: Option<String>| {
+        let reviewer = reviewer.clone();
+        Box::pin(async move {
+            let Some(token) = token else { return StatusCode::UNAUTHORIZED };
+            match reviewer.review(&token).await {
+                Ok(Verdict::Allowed) => StatusCode::OK,
+                Ok(Verdict::Unauthenticated) => StatusCode::UNAUTHORIZED,
+                Ok(Verdict::Forbidden) => StatusCode::FORBIDDEN,
+                Err(error) => {
+                    tracing::warn!(%error, "/metrics: token review failed");
+                    StatusCode::INTERNAL_SERVER_ERROR
+                }
+            }
+        })
+    }))
+}
+
+/// Campaigns for the Lease; readiness follows leadership (see [`crate::health`]).
+fn start_leader_election(
+    kube: &crate::k8s::KubeHandle,
+    settings: &LeaderElectionSettings,
+    health: &HealthState,
+    stop: &CancellationToken,
+    tasks: &mut JoinSet<()>,
+) {
+    health.enable_leader_election();
+    info!(lease = %settings.lease, holder = %settings.holder, namespace = %kube.namespace, "Leader election on");
+    let election = crate::k8s::lease::LeaderElection {
+        api: kube::Api::namespaced(kube.client.clone(), &kube.namespace),
+        name: settings.lease.clone(),
+        holder: settings.holder.clone(),
+        timing: settings.timing,
+        metrics: kube.metrics.clone(),
+    };
+    let (leading, mut leading_rx) = tokio::sync::watch::channel(false);
+    tasks.spawn(election.run(leading, stop.clone()));
+    let health = health.clone();
+    tasks.spawn(async move {
+        while leading_rx.changed().await.is_ok() {
+            health.set_leader(*leading_rx.borrow_and_update());
+        }
+    });
 }
 
 /// Starts InferencePool or standalone (`--endpoint-selector`) discovery; readiness follows

@@ -137,9 +137,9 @@ pub struct ServeArgs {
     /// Largest gRPC message sent (quantity); unlimited when absent.
     #[arg(long, value_parser = parse_quantity)]
     pub grpc_max_send_msg_size: Option<usize>,
-    /// Objective priority, `NAME=PRIORITY` (repeatable): stands in for Kubernetes
-    /// InferenceObjective objects; requests whose objective header names a negative priority
-    /// are shed with 429 while the pool is saturated.
+    /// Objective priority, `NAME=PRIORITY` (repeatable), for names no InferenceObjective
+    /// object carries (an object of the same name wins); requests whose objective header
+    /// names a negative priority are shed with 429 while the pool is saturated.
     #[arg(long = "objective", value_parser = parse_objective)]
     pub objectives: Vec<(String, i32)>,
     /// Log verbosity (logr levels: 2 default, 4 debug, 5 trace).
@@ -185,6 +185,10 @@ pub struct ServeArgs {
     /// Accepted for compatibility (llm-d); epp does not emit per-endpoint scores yet.
     #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
     pub emit_endpoint_scores: bool,
+    /// Which names of dual-named metric families `/metrics` exports: `both` (GIE and llm-d, as
+    /// llm-d dual-emits), `gie` or `llm-d` (half the series).
+    #[arg(long, value_enum, default_value = "both")]
+    pub metrics_naming: crate::telemetry::naming::MetricsNaming,
     /// Refresh period of pool-level Prometheus gauges.
     #[arg(long, default_value = "5s", value_parser = parse_go_duration)]
     pub refresh_prometheus_metrics_interval: Duration,
@@ -225,19 +229,27 @@ pub struct ServeArgs {
     /// This pod's name (downward API).
     #[arg(long, env = "POD_NAME")]
     pub pod_name: Option<String>,
-    /// Leader election (not implemented yet: every replica serves; warned when true).
+    /// Leader election on the Lease `epp-<pool-namespace>-<pool-name>.gateway-api-inference-extension.sigs.k8s.io`
+    /// (holder `--pod-name`/POD_NAME): only the leader reports ready; standbys keep their
+    /// endpoint and metrics state warm. In standalone mode (`--endpoint-selector`) the pool
+    /// part is `standalone-<hash of the selector>`.
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
     pub ha_enable_leader_election: Option<bool>,
-    /// OpenTelemetry tracing (not implemented yet; warned when true).
-    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
-    pub tracing: Option<bool>,
-    /// Authenticated `/metrics` (not implemented yet: served without auth; warned when true).
+    /// OpenTelemetry traces, exported over OTLP/gRPC when `OTEL_EXPORTER_OTLP_ENDPOINT` (or
+    /// `OTEL_TRACES_EXPORTER=otlp`) is set; see docs/observability.md.
+    #[arg(long, default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
+    pub tracing: bool,
+    /// Authenticated `/metrics` (default true, as GIE): a bearer token checked with a
+    /// TokenReview and a SubjectAccessReview (`get` on `/metrics`). Without Kubernetes access
+    /// /metrics is served open (warned). `/healthz` and `/readyz` stay open.
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
     pub metrics_endpoint_auth: Option<bool>,
-    /// CA for metrics client certificates (not implemented yet; warned when given).
+    /// PEM CA bundle: the metrics port is TLS and every client must present a certificate
+    /// it signed.
     #[arg(long)]
     pub metrics_client_ca_file: Option<PathBuf>,
-    /// Serving certificate directory of `/metrics` (not implemented yet; warned when given).
+    /// Directory with `tls.crt`/`tls.key`: the metrics port is TLS with this certificate
+    /// (self-signed when only `--metrics-client-ca-file` is given).
     #[arg(long)]
     pub metrics_cert_dir: Option<PathBuf>,
     /// `/debug/pprof` on the metrics port (Go only; warned when true).
@@ -256,8 +268,9 @@ pub struct ServeArgs {
     /// `inference.networking.x-k8s.io` (v1alpha2).
     #[arg(long, default_value = crate::k8s::pool::GROUP_V1)]
     pub pool_group: String,
-    /// Kubeconfig file for reaching the API server outside a cluster (current context; token
-    /// or no authentication). Without it epp uses the in-cluster service account.
+    /// Kubeconfig file for reaching the API server outside a cluster (its current context;
+    /// everything kube-rs loads: tokens, client certificates, exec plugins, auth providers,
+    /// proxy-url). Without it epp uses the in-cluster service account.
     #[arg(long, env = "KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
     /// Accepted for compatibility; alpha plugins load regardless.
@@ -266,6 +279,9 @@ pub struct ServeArgs {
     /// Connection hygiene and input limits (src/net/limits.rs).
     #[command(flatten)]
     pub limits: crate::net::limits::LimitArgs,
+    /// Replica state sharing through Redis (docs/replicas.md).
+    #[command(flatten)]
+    pub replica_sync: crate::replica::ReplicaArgs,
 }
 
 /// Scheme of model-server metric scrapes (`--model-server-metrics-scheme`).
@@ -296,27 +312,6 @@ impl ServeArgs {
                 out.push(format!("{flag} is accepted but not implemented yet: {what}"));
             }
         };
-        lacking(
-            self.ha_enable_leader_election == Some(true),
-            "--ha-enable-leader-election",
-            "every replica reports ready and routes (active-active)",
-        );
-        lacking(self.tracing == Some(true), "--tracing", "no OpenTelemetry spans are exported");
-        lacking(
-            self.metrics_endpoint_auth == Some(true),
-            "--metrics-endpoint-auth",
-            "/metrics is served without authentication",
-        );
-        lacking(
-            self.metrics_client_ca_file.as_ref().is_some_and(|p| !p.as_os_str().is_empty()),
-            "--metrics-client-ca-file",
-            "/metrics does not verify client certificates",
-        );
-        lacking(
-            self.metrics_cert_dir.as_ref().is_some_and(|p| !p.as_os_str().is_empty()),
-            "--metrics-cert-dir",
-            "/metrics is served over plain HTTP",
-        );
         lacking(self.enable_pprof == Some(true), "--enable-pprof", "there is no /debug/pprof (Go profiler) endpoint");
         lacking(self.emit_endpoint_scores, "--emit-endpoint-scores", "endpoint scores are not emitted");
         out
@@ -350,6 +345,48 @@ impl ServeArgs {
         Ok(Some(crate::k8s::pool::PoolSpec { selector: labels, target_ports: self.endpoint_target_ports.clone() }))
     }
 
+    /// Leader-election settings when `--ha-enable-leader-election` is on. The holder is
+    /// `--pod-name`/POD_NAME, else HOSTNAME (a pod's hostname is its name).
+    fn leader_election(
+        &self,
+        pool: Option<&crate::k8s::pool::PoolRef>,
+    ) -> Result<Option<crate::app::LeaderElectionSettings>, String> {
+        if self.ha_enable_leader_election != Some(true) {
+            return Ok(None);
+        }
+        let pool_part = match (pool, self.standalone_pool()?) {
+            (Some(pool), _) => pool.name.clone(),
+            (None, Some(spec)) => standalone_lease_part(&spec.label_selector()),
+            (None, None) => {
+                return Err("--ha-enable-leader-election needs --pool-name or --endpoint-selector \
+                     (the Lease is named after the pool)"
+                    .into());
+            }
+        };
+        let holder = self
+            .pod_name
+            .clone()
+            .filter(|n| !n.is_empty())
+            .or_else(|| std::env::var("HOSTNAME").ok().filter(|n| !n.is_empty()))
+            .ok_or("--ha-enable-leader-election needs --pod-name (or env POD_NAME / HOSTNAME) as the Lease holder")?;
+        Ok(Some(crate::app::LeaderElectionSettings {
+            lease: crate::k8s::lease::lease_name(&self.pool_namespace, &pool_part),
+            holder,
+            timing: Default::default(),
+        }))
+    }
+
+    /// TLS of the metrics port: on when `--metrics-cert-dir` or `--metrics-client-ca-file`
+    /// is given (an empty value counts as absent).
+    pub fn metrics_tls(&self) -> Option<crate::app::MetricsTls> {
+        let given = |p: &Option<PathBuf>| p.clone().filter(|p| !p.as_os_str().is_empty());
+        let tls = crate::app::MetricsTls {
+            cert_dir: given(&self.metrics_cert_dir),
+            client_ca: given(&self.metrics_client_ca_file),
+        };
+        (tls.cert_dir.is_some() || tls.client_ca.is_some()).then_some(tls)
+    }
+
     /// Listen address of a port.
     pub fn addr(&self, port: u16) -> SocketAddr {
         SocketAddr::new(self.bind_address, port)
@@ -357,36 +394,43 @@ impl ServeArgs {
 
     /// Kubernetes access: `--kubeconfig`/KUBECONFIG, else the in-cluster service account.
     /// Required with `--pool-name`; otherwise optional (used by `k8s-notification-source`).
-    /// Reads the named files; errors are ready to print.
+    /// Files are read when the app starts (kube's loader); errors here are ready to print.
     pub fn kube_settings(&self) -> Result<Option<crate::app::KubeSettings>, String> {
-        use crate::k8s::config::ClusterConfig;
-        let cluster = match &self.kubeconfig {
-            Some(path) if !path.as_os_str().is_empty() => {
-                Some(ClusterConfig::from_kubeconfig(path).map_err(|e| e.to_string())?)
-            }
-            _ => ClusterConfig::in_cluster().map_err(|e| e.to_string())?,
-        };
+        let cluster = crate::k8s::client::KubeSource::detect(self.kubeconfig.as_deref());
         let pool = self.pool_name.as_ref().map(|name| crate::k8s::pool::PoolRef {
             name: name.clone(),
             namespace: self.pool_namespace.clone(),
             group: self.pool_group.clone(),
         });
         if let Some(pool) = &pool {
-            pool.version()?;
+            pool.version().map_err(|e| e.to_string())?;
         }
         let standalone = self.standalone_pool()?;
         match (cluster, pool, standalone) {
             (Some(cluster), pool, standalone) => Ok(Some(crate::app::KubeSettings {
                 cluster,
                 namespace: self.pool_namespace.clone(),
+                leader_election: self.leader_election(pool.as_ref())?,
                 pool,
                 standalone,
                 watch: Default::default(),
             })),
+            (None, ..) if self.ha_enable_leader_election == Some(true) => {
+                Err("--ha-enable-leader-election needs Kubernetes access: run in a cluster \
+                     (KUBERNETES_SERVICE_HOST) or give --kubeconfig"
+                    .into())
+            }
             (None, None, None) => Ok(None),
             (None, ..) => Err("--pool-name and --endpoint-selector need Kubernetes access: run in a cluster \
                  (KUBERNETES_SERVICE_HOST) or give --kubeconfig"
                 .into()),
         }
     }
+}
+
+/// The pool part of the Lease name in standalone mode (no pool name): `standalone-` and a
+/// hash of the selector, so replicas of one deployment share a Lease and two deployments in
+/// one namespace do not.
+fn standalone_lease_part(selector: &str) -> String {
+    format!("standalone-{:08x}", xxhash_rust::xxh3::xxh3_64(selector.as_bytes()) as u32)
 }

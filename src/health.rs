@@ -8,6 +8,10 @@
 //! NOT_FOUND (the gRPC health protocol's answer). `List` returns every name; `Watch` is
 //! UNIMPLEMENTED, as in GIE.
 //!
+//! With leader election (`--ha-enable-leader-election`), as GIE: `liveness` stays SERVING;
+//! `readiness`, `""` and the ext_proc name are SERVING only while this replica leads (and is
+//! synced and not draining); other names (`inference-extension` included) are unknown.
+//!
 //! Our own service rather than tonic-health's reporter: tonic-health 0.14 has no `List`, and
 //! the statuses here are computed from two flags at call time, so nothing can drift.
 
@@ -30,6 +34,9 @@ pub const LIVENESS: &str = "liveness";
 /// Names that report readiness.
 pub const READINESS_NAMES: [&str; 4] = ["", "inference-extension", "readiness", EXT_PROC_SERVICE];
 
+/// Readiness names with leader election on.
+pub const ELECTION_READINESS_NAMES: [&str; 3] = ["", "readiness", EXT_PROC_SERVICE];
+
 /// Readiness inputs shared by the health servers, discovery and shutdown.
 #[derive(Clone, Debug, Default)]
 pub struct HealthState {
@@ -40,6 +47,8 @@ pub struct HealthState {
 struct Flags {
     synced: AtomicBool,
     draining: AtomicBool,
+    election: AtomicBool,
+    leader: AtomicBool,
 }
 
 impl HealthState {
@@ -58,16 +67,37 @@ impl HealthState {
         self.inner.draining.store(true, Ordering::Release);
     }
 
-    /// Synced and not draining.
+    /// Leader election is on: readiness also needs leadership ([`Self::set_leader`]).
+    pub fn enable_leader_election(&self) {
+        self.inner.election.store(true, Ordering::Release);
+    }
+
+    /// This replica leads (or no longer does).
+    pub fn set_leader(&self, leader: bool) {
+        self.inner.leader.store(leader, Ordering::Release);
+    }
+
+    fn election(&self) -> bool {
+        self.inner.election.load(Ordering::Acquire)
+    }
+
+    /// Synced, not draining and, with leader election, leading.
     pub fn is_ready(&self) -> bool {
-        self.inner.synced.load(Ordering::Acquire) && !self.inner.draining.load(Ordering::Acquire)
+        self.inner.synced.load(Ordering::Acquire)
+            && !self.inner.draining.load(Ordering::Acquire)
+            && (!self.election() || self.inner.leader.load(Ordering::Acquire))
+    }
+
+    /// The readiness names answered in the current mode.
+    pub fn readiness_names(&self) -> &'static [&'static str] {
+        if self.election() { &ELECTION_READINESS_NAMES } else { &READINESS_NAMES }
     }
 
     /// The status of `service`.
     pub fn status(&self, service: &str) -> ServingStatus {
         if service == LIVENESS {
             ServingStatus::Serving
-        } else if READINESS_NAMES.contains(&service) {
+        } else if self.readiness_names().contains(&service) {
             if self.is_ready() { ServingStatus::Serving } else { ServingStatus::NotServing }
         } else {
             ServingStatus::ServiceUnknown
@@ -103,7 +133,7 @@ impl Health for HealthService {
 
     async fn list(&self, _request: Request<HealthListRequest>) -> Result<Response<HealthListResponse>, Status> {
         let statuses = std::iter::once(LIVENESS)
-            .chain(READINESS_NAMES)
+            .chain(self.state.readiness_names().iter().copied())
             .map(|name| (name.to_string(), response(self.state.status(name))))
             .collect();
         Ok(Response::new(HealthListResponse { statuses }))
@@ -138,5 +168,23 @@ mod tests {
         }
         assert_eq!(state.status(LIVENESS), ServingStatus::Serving);
         assert_eq!(state.status("other"), ServingStatus::ServiceUnknown);
+    }
+
+    #[test]
+    fn with_leader_election_only_the_leader_is_ready() {
+        let state = HealthState::new();
+        state.enable_leader_election();
+        state.mark_synced();
+        for name in ELECTION_READINESS_NAMES {
+            assert_eq!(state.status(name), ServingStatus::NotServing, "{name:?} before leading");
+        }
+        assert_eq!(state.status("inference-extension"), ServingStatus::ServiceUnknown);
+        state.set_leader(true);
+        for name in ELECTION_READINESS_NAMES {
+            assert_eq!(state.status(name), ServingStatus::Serving, "{name:?} while leading");
+        }
+        state.set_leader(false);
+        assert_eq!(state.status("readiness"), ServingStatus::NotServing);
+        assert_eq!(state.status(LIVENESS), ServingStatus::Serving);
     }
 }

@@ -14,12 +14,32 @@ fn main() -> anyhow::Result<()> {
     let level =
         epp::telemetry::tracing::level_for_flags(serve.zap_log_level.as_deref(), serve.zap_devel, serve.verbosity)
             .map_err(anyhow::Error::msg)?;
-    epp::telemetry::tracing::init_with(&epp::telemetry::tracing::LogOptions {
-        format: serve.log_format,
-        level,
-        time_encoding: serve.zap_time_encoding,
-    });
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let spans = {
+        // The OTLP exporter's gRPC channel runs on this runtime.
+        let _runtime = runtime.enter();
+        let tracing = cli.command.is_none() && serve.tracing;
+        let env = |k: &str| std::env::var(k).ok();
+        match epp::telemetry::otel::export_plan(tracing, &env) {
+            epp::telemetry::otel::ExportPlan::Otlp => {
+                Ok(epp::telemetry::otel::otlp_provider(&env).map_err(anyhow::Error::msg)?)
+            }
+            epp::telemetry::otel::ExportPlan::Off(why) => Err(why),
+        }
+    };
+    epp::telemetry::tracing::init_with_spans(
+        &epp::telemetry::tracing::LogOptions {
+            format: serve.log_format,
+            level,
+            time_encoding: serve.zap_time_encoding,
+        },
+        spans.as_ref().ok(),
+    );
+    match &spans {
+        Ok(_) => tracing::info!("OpenTelemetry traces exported over OTLP/gRPC"),
+        Err(why) if cli.command.is_none() => tracing::info!(reason = %why, "OpenTelemetry traces not exported"),
+        Err(_) => {}
+    }
     match cli.command {
         Some(Command::Validate { files, output }) => validate(&files, output),
         Some(Command::MovedToTools { .. }) => {
@@ -30,6 +50,10 @@ fn main() -> anyhow::Result<()> {
         }
         None => {
             let served = runtime.block_on(serve_until_drained(cli.serve));
+            if let Ok(provider) = spans {
+                // Flushes the spans still batched (over the runtime's gRPC channel).
+                let _ = provider.shutdown();
+            }
             // Blocking work still running (a tokenizer download, say) must not hold the exit.
             runtime.shutdown_timeout(std::time::Duration::from_millis(500));
             served
@@ -105,6 +129,10 @@ async fn serve_until_drained(args: epp::cli::ServeArgs) -> anyhow::Result<()> {
         refresh_prometheus_metrics_interval: args.refresh_prometheus_metrics_interval,
         grpc_stream_metrics: args.enable_grpc_stream_metrics,
         limits: args.limits.limits(),
+        replica_sync: args.replica_sync.settings(),
+        metrics_auth: args.metrics_endpoint_auth.unwrap_or(true),
+        metrics_tls: args.metrics_tls(),
+        metrics_naming: args.metrics_naming,
     };
     if settings.endpoints_file.is_none() && args.pool_name.is_none() && args.endpoint_selector.is_none() {
         tracing::warn!(

@@ -124,6 +124,40 @@ pub fn server_tls(options: &TlsOptions) -> Result<(ServerTls, Vec<String>), TlsE
     Ok((ServerTls { config: Arc::new(config), reloading }, warnings))
 }
 
+/// TLS of the metrics port (`--metrics-cert-dir`, `--metrics-client-ca-file`): `tls.crt` /
+/// `tls.key` from `cert_dir` (self-signed when `None`); with `client_ca` (a PEM bundle) every
+/// client must present a certificate it signed. ALPN `http/1.1`.
+pub fn metrics_server_config(cert_dir: Option<&Path>, client_ca: Option<&Path>) -> Result<Arc<ServerConfig>, TlsError> {
+    let provider = Arc::new(ring::default_provider());
+    let (cert, key) = match cert_dir {
+        Some(dir) => read_pair(dir)?,
+        None => self_signed()?,
+    };
+    let certified = Arc::new(certified_key(&provider, &cert, &key)?);
+    let builder = ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| TlsError::Option(format!("TLS: {e}")))?;
+    let builder = match client_ca {
+        Some(path) => {
+            let pem =
+                std::fs::read(path).map_err(|source| TlsError::Read { path: path.display().to_string(), source })?;
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in CertificateDer::pem_slice_iter(&pem) {
+                let cert = cert.map_err(|e| TlsError::Pem(format!("{}: {e}", path.display())))?;
+                roots.add(cert).map_err(|e| TlsError::Pem(format!("{}: {e}", path.display())))?;
+            }
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .map_err(|e| TlsError::Pem(format!("{}: {e}", path.display())))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = builder.with_cert_resolver(Arc::new(FixedCert(certified)));
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
 fn protocol_versions(
     min: Option<&str>,
     warnings: &mut Vec<String>,

@@ -80,15 +80,17 @@ fn camel_case_repeats_and_empty_arguments() {
 fn unimplemented_behaviour_is_warned_only_when_asked_for() {
     let s = parse(&["--tracing=false", "--metrics-endpoint-auth=false", "--enable-pprof=false"]).unwrap().serve;
     assert!(s.compat_warnings().is_empty());
+    assert!(!s.tracing);
+    assert!(parse(&[]).unwrap().serve.tracing, "--tracing defaults to true, as GIE");
     let s =
         parse(&["--tracing", "--ha-enable-leader-election", "--metrics-endpoint-auth=true", "--metrics-cert-dir=/c"])
             .unwrap()
             .serve;
     let warnings = s.compat_warnings();
-    assert_eq!(warnings.len(), 4, "{warnings:?}");
-    for flag in ["--tracing", "--ha-enable-leader-election", "--metrics-endpoint-auth", "--metrics-cert-dir"] {
-        assert_eq!(warnings.iter().filter(|w| w.starts_with(flag)).count(), 1, "{flag}: {warnings:?}");
-    }
+    assert!(s.tracing, "--tracing is implemented: no warning");
+    assert!(warnings.is_empty(), "election, metrics auth and TLS are implemented: {warnings:?}");
+    let pprof = parse(&["--enable-pprof"]).unwrap().serve.compat_warnings();
+    assert!(pprof.len() == 1 && pprof[0].starts_with("--enable-pprof"), "{pprof:?}");
 }
 
 #[test]
@@ -117,4 +119,25 @@ fn endpoint_selector_becomes_a_standalone_pool() {
     }
     let no_ports = parse(&["--endpoint-selector", "app=x"]).unwrap().serve;
     assert!(no_ports.standalone_pool().unwrap_err().contains("--endpoint-target-ports"));
+}
+
+#[test]
+fn replica_sync_is_off_by_default_and_takes_its_flags() {
+    let off = parse(&[]).unwrap().serve.replica_sync;
+    assert!(off.settings().is_none() || std::env::var_os("EPP_REPLICA_SYNC_URL").is_some());
+    let on = parse(&[
+        "--replica-sync-url=valkey://cache:6379/2",
+        "--replica-sync-key",
+        "epp:pool-a",
+        "--replica-sync-stream-len=5000",
+        "--replica-sync-heartbeat=250ms",
+    ])
+    .unwrap()
+    .serve
+    .replica_sync
+    .settings()
+    .expect("on");
+    assert_eq!((on.url.as_str(), on.key.as_str(), on.stream_len), ("valkey://cache:6379/2", "epp:pool-a", 5000));
+    assert_eq!(on.heartbeat, Duration::from_millis(250));
+    assert_eq!(off.replica_sync_key, "epp:replica-sync");
 }

@@ -324,6 +324,8 @@ fn rbac_grants_what_the_go_epps_charts_grant() {
         ("inference.networking.k8s.io", "inferencepools"),
         ("inference.networking.x-k8s.io", "inferenceobjectives"),
         ("inference.networking.x-k8s.io", "inferencemodelrewrites"),
+        ("llm-d.ai", "inferenceobjectives"),
+        ("llm-d.ai", "inferencemodelrewrites"),
     ] {
         assert!(read.contains(&(group.into(), resource.into())), "Role: {group}/{resource}");
     }
@@ -334,14 +336,23 @@ fn rbac_grants_what_the_go_epps_charts_grant() {
     assert!(create.contains(&("authorization.k8s.io".into(), "subjectaccessreviews".into())));
 
     let account = name(m.one("ServiceAccount"));
+    let binds_epp = |b: &&Value| {
+        b["subjects"].as_sequence().unwrap().iter().any(|s| s["kind"] == "ServiceAccount" && s["name"] == account)
+    };
     for (binding, role) in [("RoleBinding", "Role"), ("ClusterRoleBinding", "ClusterRole")] {
-        let b = m.one(binding);
+        let b = m.all(binding).into_iter().find(binds_epp).unwrap_or_else(|| panic!("no {binding} for epp"));
         assert_eq!(b["roleRef"]["kind"], role);
-        assert_eq!(b["roleRef"]["name"].as_str(), Some(name(m.one(role))));
-        assert!(
-            b["subjects"].as_sequence().unwrap().iter().any(|s| s["kind"] == "ServiceAccount" && s["name"] == account)
-        );
+        let granted = m.all(role).into_iter().find(|r| r["metadata"]["name"] == b["roleRef"]["name"]);
+        assert!(granted.is_some_and(|r| !r["rules"].as_sequence().unwrap().is_empty()), "{binding} names a {role}");
     }
+    // --metrics-endpoint-auth: someone may `get /metrics`.
+    let reader =
+        m.all("ClusterRole").into_iter().any(|r| {
+            r["rules"].as_sequence().unwrap().iter().any(|rule| {
+                strs(&rule["nonResourceURLs"]).contains(&"/metrics") && strs(&rule["verbs"]).contains(&"get")
+            })
+        });
+    assert!(reader, "a ClusterRole grants get on /metrics");
 }
 
 /// Leaf paths of a YAML tree (`a.b[0].c`).

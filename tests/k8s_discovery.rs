@@ -12,8 +12,6 @@ use common::*;
 use epp::endpoints::store::EndpointStore;
 use epp::framework::plugin::{BackgroundService, ServiceContext};
 use epp::k8s::KubeHandle;
-use epp::k8s::client::ApiClient;
-use epp::k8s::config::ClusterConfig;
 use epp::k8s::discovery::PoolDiscovery;
 use epp::k8s::metrics::K8sMetrics;
 use epp::k8s::notify::{Gvk, NotificationKind};
@@ -35,8 +33,8 @@ fn fast() -> WatchOptions {
     }
 }
 
-fn client(mock: &MockKube) -> ApiClient {
-    ApiClient::new(ClusterConfig::plain("127.0.0.1", mock.addr.port()), Duration::from_secs(5)).unwrap()
+fn client(mock: &MockKube) -> ::kube::Client {
+    epp::k8s::client::plain_http(&format!("http://{}", mock.addr)).unwrap()
 }
 
 /// Store ids, in order.
@@ -270,74 +268,6 @@ async fn epp_with_pool_name_routes_to_a_discovered_pod() {
     tokio::time::timeout(WAIT, app.shutdown()).await.expect("epp stops");
 }
 
-/// An https API server on 127.0.0.1 with a self-signed certificate; answers `/api/v1` only
-/// to `Bearer secret`.
-async fn tls_server() -> (u16, Vec<u8>) {
-    use tokio_rustls::rustls::pki_types::pem::PemObject;
-    use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    use tokio_rustls::rustls::{ServerConfig, crypto};
-    let (cert, key) = epp::tls::self_signed().unwrap();
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&cert).map(Result::unwrap).collect();
-    let key = PrivateKeyDer::from_pem_slice(&key).unwrap();
-    let config = ServerConfig::builder_with_provider(std::sync::Arc::new(crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .unwrap();
-    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(async move {
-        loop {
-            let Ok((tcp, _)) = listener.accept().await else { return };
-            let acceptor = acceptor.clone();
-            tokio::spawn(async move {
-                let Ok(tls) = acceptor.accept(tcp).await else { return };
-                let svc = hyper::service::service_fn(|req: hyper::Request<hyper::body::Incoming>| async move {
-                    let authorized = req.headers().get("authorization").is_some_and(|v| v == "Bearer secret");
-                    let (status, body) = if authorized { (200, r#"{"resources":[]}"#) } else { (401, "{}") };
-                    let body = http_body_util::Full::new(bytes::Bytes::from(body));
-                    Ok::<_, std::convert::Infallible>(hyper::Response::builder().status(status).body(body).unwrap())
-                });
-                let io = hyper_util::rt::TokioIo::new(tls);
-                let _ = hyper::server::conn::http1::Builder::new().serve_connection(io, svc).await;
-            });
-        }
-    });
-    (port, cert)
-}
-
-#[tokio::test]
-async fn https_client_verifies_the_ca_and_sends_the_token() {
-    use epp::k8s::client::ClientError;
-    use epp::k8s::config::{ServerUrl, Token};
-    let (port, ca) = tls_server().await;
-    let config = |token: Token, ca_pem: Vec<u8>| ClusterConfig {
-        server: ServerUrl { https: true, host: "127.0.0.1".into(), port },
-        token,
-        ca_pem: Some(ca_pem),
-        namespace: None,
-    };
-    let timeout = Duration::from_secs(5);
-    let ok = ApiClient::new(config(Token::Static("secret".into()), ca.clone()), timeout).unwrap();
-    assert_eq!(&ok.get("/api/v1").await.unwrap()[..], br#"{"resources":[]}"#);
-
-    let dir = tempfile::tempdir().unwrap();
-    let token_file = dir.path().join("token");
-    std::fs::write(&token_file, "wrong\n").unwrap();
-    let from_file = ApiClient::new(config(Token::File(token_file.clone()), ca.clone()), timeout).unwrap();
-    assert!(matches!(from_file.get("/api/v1").await, Err(ClientError::Status { status: 401, .. })));
-    // The token file is re-read per connection (rotated service-account tokens).
-    std::fs::write(&token_file, "secret\n").unwrap();
-    assert!(from_file.get("/api/v1").await.is_ok());
-
-    let (other_ca, _) = epp::tls::self_signed().unwrap();
-    let untrusted = ApiClient::new(config(Token::Static("secret".into()), other_ca), timeout).unwrap();
-    assert!(matches!(untrusted.get("/api/v1").await, Err(ClientError::Connect(_))), "unknown CA is refused");
-    assert!(ApiClient::new(config(Token::None, b"not pem".to_vec()), timeout).is_err());
-}
-
 #[test]
 fn pool_flags_are_checked() {
     use clap::Parser;
@@ -355,11 +285,41 @@ fn pool_flags_are_checked() {
         parse(&["--pool-name", "p", "--pool-group", "inference.networking.x-k8s.io", "--pool-namespace", "llm"]);
     let kube = alpha.unwrap().serve.kube_settings().unwrap().unwrap();
     let pool = kube.pool.unwrap();
+    let api = pool.api_resource().unwrap();
     assert_eq!(
-        pool.collection_path().unwrap(),
-        "/apis/inference.networking.x-k8s.io/v1alpha2/namespaces/llm/inferencepools"
+        (api.api_version.as_str(), api.plural.as_str()),
+        ("inference.networking.x-k8s.io/v1alpha2", "inferencepools")
     );
+    assert_eq!(pool.namespace, "llm");
     assert!(parse(&["--pool-name", "p", "--endpoints-file", "e.yaml"]).is_err(), "pool and file are exclusive");
     let no_pool = parse(&[]).unwrap().serve.kube_settings().unwrap().unwrap();
     assert!(no_pool.pool.is_none(), "a kubeconfig alone gives plugins access without discovery");
+}
+
+#[tokio::test]
+async fn standalone_mode_follows_selected_pods_without_an_inference_pool() {
+    use epp::k8s::pool::PoolSpec;
+    let mock = MockKube::start().await;
+    let selected = json!({"app": "vllm", "tier": "serving"});
+    mock.apply(PODS, pod("a", selected.clone(), Some("127.0.0.61"), true));
+    mock.apply(PODS, pod("other", json!({"app": "vllm"}), Some("127.0.0.62"), true));
+    let store = EndpointStore::new();
+    let (discovery, mut seen) = discovery(&mock, &store, K8sMetrics::unregistered());
+    let synced = discovery.synced.subscribe();
+    let spec = PoolSpec {
+        selector: [("app".to_string(), "vllm".to_string()), ("tier".to_string(), "serving".to_string())].into(),
+        target_ports: vec![8000, 8001],
+    };
+    let cancel = CancellationToken::new();
+    tokio::spawn(discovery.run_standalone(spec, cancel.clone()));
+    // One pod LIST; one endpoint per target port; the pod without `tier` is not selected.
+    settle(&mut seen, &store, 1, &["a-rank-0", "a-rank-1"]).await;
+    assert!(*synced.borrow(), "standalone discovery is synced after the pod LIST");
+    assert_eq!(&*store.snapshot().get("a-rank-1").unwrap().endpoint.host_port, "127.0.0.61:8001");
+    mock.apply(PODS, pod("b", selected.clone(), Some("127.0.0.63"), true));
+    settle(&mut seen, &store, 2, &["a-rank-0", "a-rank-1", "b-rank-0", "b-rank-1"]).await;
+    mock.delete(PODS, "a");
+    settle(&mut seen, &store, 3, &["b-rank-0", "b-rank-1"]).await;
+    assert_eq!(mock.calls(POOLS), (0, 0), "no InferencePool is read in standalone mode");
+    cancel.cancel();
 }

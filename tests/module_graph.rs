@@ -23,6 +23,7 @@ const FORBIDDEN: &[(&str, &str, &str)] = &[
     ("flowcontrol", "plugins", "Flow Control owns its extension points (flowcontrol::policy)"),
     ("flowcontrol", "framework", "Flow Control sits below the plugin framework"),
     ("suggest", "config", "the suggestion helper is a leaf"),
+    ("replica", "plugins", "replica sync reaches plugins only through framework::replica hooks"),
 ];
 
 /// One edge occurrence: file and line.

@@ -3,7 +3,6 @@
 //! Injected defaults (profile handler, picker, producers, saturation detector) are recorded
 //! in `LoadedConfig::injected` and logged by the caller.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::error::{ConfigError, ConfigErrors, closest, ref_suggestion};
@@ -179,7 +178,7 @@ pub fn load(
         saturation,
         // With Flow Control, admission (not the legacy shedding rule) decides who waits.
         legacy_shedding: flow_control.is_none(),
-        objectives: HashMap::new(),
+        objectives: crate::objectives::ObjectiveStore::default(),
         parsers,
         stage,
     });

@@ -16,6 +16,7 @@ use super::error::ExtProcError;
 use crate::endpoints::model::Candidate;
 use crate::endpoints::store::EndpointStore;
 use crate::framework::data::RequestData;
+use crate::objectives::ObjectiveStore;
 use crate::request::headers::{self, RequestHeaders, SUBSET_HINT_KEY, SUBSET_HINT_NAMESPACE};
 use crate::request::openai::rewrite_model;
 use crate::request::parsers::ParserSet;
@@ -55,14 +56,21 @@ pub fn decide(
     body: &[u8],
     use_subset_hint: bool,
 ) -> Result<Outcome, ExtProcError> {
-    let prepared = prepare(scheduler.parsers(), headers, body)?;
+    let prepared = prepare(scheduler.parsers(), scheduler.objectives(), headers, body)?;
     schedule_prepared(scheduler, store, metadata, prepared, use_subset_hint)
 }
 
 /// Parses the body with the parser `parsers` selects for the path (none: not parsed) and
-/// resolves the target model. The model-rewrite header rewrites the body's `model` only for
-/// JSON bodies; for gRPC and native bodies it sets the target model and the body is kept.
-pub fn prepare(parsers: &ParserSet, headers: &RequestHeaders, body: &[u8]) -> Result<Prepared, ExtProcError> {
+/// resolves the target model: an InferenceModelRewrite rule for the body's model (from
+/// `objectives`) wins over the model-rewrite header, as the Go EPPs apply the rule last. The
+/// rewrite changes the body's `model` only for JSON bodies; for gRPC and native bodies it sets
+/// the target model and the body is kept.
+pub fn prepare(
+    parsers: &ParserSet,
+    objectives: &ObjectiveStore,
+    headers: &RequestHeaders,
+    body: &[u8],
+) -> Result<Prepared, ExtProcError> {
     let mut request = base_request(headers);
     request.body_len = body.len();
     let mut rewritten_body = None;
@@ -70,10 +78,12 @@ pub fn prepare(parsers: &ParserSet, headers: &RequestHeaders, body: &[u8]) -> Re
     if let Some(parsed) = parsers.parse(headers.path(), body)? {
         let model = parsed.body.model.clone();
         check_model_name(&model)?;
-        if let Some(target) = headers.model_rewrite() {
+        let rule = objectives.rewrite(&model);
+        let target = rule.as_ref().map(|r| r.target.as_str()).or_else(|| headers.model_rewrite());
+        if let Some(target) = target {
             check_model_name(target)?;
         }
-        request.target_model = match headers.model_rewrite() {
+        request.target_model = match target {
             Some(target) if target != model => {
                 if parsed.rewritable {
                     rewritten_body = Some(rewrite_model(body, target)?);

@@ -159,8 +159,9 @@ impl ExternalProcessor for ExtProcService {
                     // The reply stream closes when the client cancels (e.g. Envoy resets the
                     // stream): stop waiting, which withdraws a request queued by Flow Control.
                     guard.received();
+                    let trace = processor.trace_span();
                     let replies = tokio::select! {
-                        replies = processor.handle(msg) => replies,
+                        replies = tracing::Instrument::instrument(processor.handle(msg), trace) => replies,
                         () = tx.closed() => break,
                     };
                     for reply in replies {

@@ -32,6 +32,7 @@ use crate::request::headers::{self, CONTENT_LENGTH, DESTINATION_ENDPOINT, REQUES
 use crate::request::usage::{SseUsageScanner, Usage};
 use crate::scheduling::scheduler::Scheduler;
 use crate::scheduling::stage::before_decision;
+use crate::telemetry::otel;
 
 mod response_side;
 
@@ -124,6 +125,8 @@ pub struct StreamProcessor {
     /// The final response message already carried the hooks' dynamic metadata.
     metadata_sent: bool,
     closed: bool,
+    /// The request's `gateway.request` span (OpenTelemetry); none until the headers arrive.
+    trace: tracing::Span,
 }
 
 impl StreamProcessor {
@@ -151,7 +154,14 @@ impl StreamProcessor {
             completed: false,
             metadata_sent: false,
             closed: false,
+            trace: tracing::Span::none(),
         }
+    }
+
+    /// The request's `gateway.request` span (`Span::none()` before the headers or with
+    /// tracing off).
+    pub fn trace_span(&self) -> tracing::Span {
+        self.trace.clone()
     }
 
     /// True once an immediate response ended the exchange.
@@ -199,6 +209,7 @@ impl StreamProcessor {
 
     async fn on_request_headers(&mut self, map: Option<&HeaderMap>, end_of_stream: bool) -> Vec<ProcessingResponse> {
         self.headers = read_headers(map);
+        self.trace = otel::request_span(&self.headers);
         if let Some(len) = self.headers.get(CONTENT_LENGTH).and_then(|v| v.parse::<usize>().ok()) {
             // The header is the peer's claim: reserve at most a typical body up front and let
             // the buffer grow as bytes really arrive.
@@ -256,14 +267,17 @@ impl StreamProcessor {
         let body = Bytes::from(std::mem::take(&mut self.body));
         let large = body.len() > OFFLOAD_BODY_BYTES;
         let prepared = if large {
-            let parsers = self.scheduler.parsers().clone();
-            let (headers, raw) = (self.headers.clone(), body.clone());
-            match tokio::task::spawn_blocking(move || prepare(&parsers, &headers, &raw)).await {
+            let scheduler = self.scheduler.clone();
+            let (headers, raw, span) = (self.headers.clone(), body.clone(), otel::parse_span());
+            let parse =
+                move || span.in_scope(|| prepare(scheduler.parsers(), scheduler.objectives(), &headers, &raw));
+            match tokio::task::spawn_blocking(parse).await {
                 Ok(p) => p,
                 Err(source) => return self.fail(ExtProcError::Task { what: "parsing", source }),
             }
         } else {
-            prepare(self.scheduler.parsers(), &self.headers, &body)
+            otel::parse_span()
+                .in_scope(|| prepare(self.scheduler.parsers(), self.scheduler.objectives(), &self.headers, &body))
         };
         let mut prepared = match prepared {
             Ok(p) => p,
@@ -276,7 +290,8 @@ impl StreamProcessor {
         let tokenize_input = || tokenize_json.map_or_else(|| body.clone(), Bytes::from);
         let flow_control = self.shared.flow_control.as_deref();
         let stage = before_decision(&scheduler, flow_control, &self.shared.store, &prepared.request, tokenize_input);
-        match stage.await {
+        let director = otel::director_span();
+        match tracing::Instrument::instrument(stage, director.clone()).await {
             Ok(awaited) => prepared.awaited = awaited,
             Err(ended) => {
                 if let Some(error) = ExtProcError::from_admission(ended) {
@@ -287,7 +302,7 @@ impl StreamProcessor {
         let outcome = if large {
             let (store, metadata) = (self.shared.store.clone(), self.metadata.clone());
             let joined = tokio::task::spawn_blocking(move || {
-                schedule_prepared(&scheduler, &store, &metadata, prepared, use_hint)
+                director.in_scope(|| schedule_prepared(&scheduler, &store, &metadata, prepared, use_hint))
             })
             .await;
             match joined {
@@ -295,7 +310,7 @@ impl StreamProcessor {
                 Err(source) => return self.fail(ExtProcError::Task { what: "scheduling", source }),
             }
         } else {
-            schedule_prepared(&scheduler, &self.shared.store, &self.metadata, prepared, use_hint)
+            director.in_scope(|| schedule_prepared(&scheduler, &self.shared.store, &self.metadata, prepared, use_hint))
         };
         // The parse and tokenize steps have finished with their clones, so this reuses the
         // allocation.
@@ -329,6 +344,17 @@ impl StreamProcessor {
             ..Default::default()
         };
         debug!(request_id = %request.request_id, model = %request.target_model, %destination, "Scheduled");
+        otel::record_request(
+            &self.trace,
+            &request.incoming_model,
+            &request.target_model,
+            body.len(),
+            Some(&request.request_id),
+        );
+        otel::record_pick(
+            &self.trace,
+            decision.result.primary().and_then(|p| p.targets.first()).map(|c| &**c.id()).ok_or(""),
+        );
         self.shared.metrics.scheduled(&request.incoming_model, &request.target_model, body.len());
         self.response_streaming = request.body.as_ref().is_some_and(|b| b.stream);
         let metadata = resp::destination_metadata(&destination);
@@ -393,6 +419,7 @@ impl StreamProcessor {
     fn fail(&mut self, error: ExtProcError) -> Vec<ProcessingResponse> {
         let model = self.scheduled.as_ref().map(|s| s.request.incoming_model.clone()).unwrap_or_default();
         debug!(%error, status = error.http_status(), "Request rejected");
+        otel::record_pick(&self.trace, Err(error.code()));
         self.shared.metrics.error(&model, &model, error.code());
         self.closed = true;
         if self.headers.is_grpc() { vec![resp::immediate_grpc(&error)] } else { vec![resp::immediate(&error)] }

@@ -59,6 +59,8 @@ pub struct BuildContext {
     pub random: RandomSource,
     /// Where plugins owning a KV-event prefix index offer it (read by in-process drivers).
     pub indexes: IndexRegistry,
+    /// Link to the other replicas (docs/replicas.md); disabled by default.
+    pub replica: super::replica::ReplicaHandle,
 }
 
 impl BuildContext {

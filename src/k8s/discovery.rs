@@ -12,7 +12,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::client::ApiClient;
+use super::error::K8sError;
 use super::metrics::K8sMetrics;
 use super::pod::{PodInfo, parse_pod, pod_endpoints};
 use super::pool::{PoolRef, PoolSpec, parse_pool};
@@ -24,10 +24,10 @@ use crate::endpoints::store::EndpointStore;
 const CHANNEL: usize = 64;
 
 /// Everything discovery needs.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct PoolDiscovery {
     /// API client.
-    pub client: ApiClient,
+    pub client: kube::Client,
     /// The pool to follow.
     pub pool: PoolRef,
     /// Where endpoints are published.
@@ -42,6 +42,12 @@ pub struct PoolDiscovery {
     /// Set to `true` once the pool is known and its pods have been listed and published
     /// (readiness waits for it).
     pub synced: watch::Sender<bool>,
+}
+
+impl std::fmt::Debug for PoolDiscovery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PoolDiscovery").field("pool", &self.pool).finish_non_exhaustive()
+    }
 }
 
 struct PodWatch {
@@ -61,9 +67,10 @@ struct State {
 impl PoolDiscovery {
     /// Follows the pool until `cancel` fires. Fails at once only when the pool group is not
     /// supported.
-    pub async fn run(self, cancel: CancellationToken) -> Result<(), String> {
+    pub async fn run(self, cancel: CancellationToken) -> Result<(), K8sError> {
         let pool_target = WatchTarget {
-            collection: self.pool.collection_path()?,
+            api: self.pool.api_resource()?,
+            namespace: Some(self.pool.namespace.clone()),
             label_selector: None,
             field_selector: Some(format!("metadata.name={}", self.pool.name)),
             resource: "inferencepools".into(),
@@ -167,7 +174,8 @@ impl PoolDiscovery {
 
     fn watch_pods(&self, selector: String, parent: &CancellationToken) -> PodWatch {
         let target = WatchTarget {
-            collection: format!("/api/v1/namespaces/{}/pods", self.pool.namespace),
+            api: pod_resource(),
+            namespace: Some(self.pool.namespace.clone()),
             label_selector: (!selector.is_empty()).then(|| selector.clone()),
             field_selector: None,
             resource: "pods".into(),
@@ -241,6 +249,11 @@ async fn next_pod_event(pods: &mut Option<PodWatch>) -> Option<WatchEvent> {
         Some(w) => w.events.recv().await,
         None => std::future::pending().await,
     }
+}
+
+/// The core `v1` Pod kind.
+fn pod_resource() -> kube::core::ApiResource {
+    kube::core::ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&())
 }
 
 fn name_of(object: &Value) -> Option<&str> {

@@ -1,10 +1,11 @@
 //! Metrics of the Kubernetes watches (`epp_k8s_*`): watch events by resource and type,
 //! failures by reason, relists, objects that could not be decoded, pods and endpoints the
-//! pool currently yields, and notifications delivered by `k8s-notification-source`.
+//! pool currently yields, notifications delivered by `k8s-notification-source`, and the
+//! InferenceObjective / InferenceModelRewrite objects held.
 //! The `resource` label is the watched collection (`pods`, `inferencepools`, or the plural of
 //! a notification source's kind, bounded by the config).
 
-use prometheus::{IntCounterVec, IntGauge, Opts, Registry};
+use prometheus::{IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
 /// Handles of the Kubernetes metric families (cheap to clone).
 #[derive(Clone, Debug)]
@@ -19,8 +20,13 @@ pub struct K8sMetrics {
     pub ready_pods: IntGauge,
     /// `epp_k8s_pool_endpoints`: endpoints (pod x active target port) discovered from the pool.
     pub endpoints: IntGauge,
+    /// `epp_k8s_leader`: 1 while this replica holds the leader-election Lease.
+    pub leader: IntGauge,
     /// `epp_k8s_notifications_total{plugin_name, resource, event}`; event = add_or_update | delete.
     pub notifications: IntCounterVec,
+    /// `epp_k8s_objects{resource}`: InferenceObjective / InferenceModelRewrite objects held
+    /// for this pool.
+    pub objects: IntGaugeVec,
 }
 
 impl K8sMetrics {
@@ -53,11 +59,23 @@ impl K8sMetrics {
                 "epp_k8s_pool_endpoints",
                 "Endpoints (pod x active target port) discovered from the pool.",
             )?,
+            leader: gauge("epp_k8s_leader", "1 while this replica holds the leader-election Lease, else 0.")?,
             notifications: counter(
                 "epp_k8s_notifications_total",
                 "Object notifications delivered by k8s-notification-source plugins.",
                 &["plugin_name", "resource", "event"],
             )?,
+            objects: {
+                let g = IntGaugeVec::new(
+                    Opts::new(
+                        "epp_k8s_objects",
+                        "InferenceObjective and InferenceModelRewrite objects held for the pool.",
+                    ),
+                    &["resource"],
+                )?;
+                registry.register(Box::new(g.clone()))?;
+                g
+            },
         })
     }
 

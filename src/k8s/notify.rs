@@ -1,6 +1,6 @@
 //! Object notifications for `k8s-notification-source`: resolves a group/version/kind to its
-//! collection through API discovery (`/api/v1` or `/apis/<group>/<version>`), follows it with
-//! LIST + WATCH (namespaced kinds in the pool namespace, cluster-scoped kinds everywhere) and
+//! resource through API discovery (`/api/v1` or `/apis/<group>/<version>`), follows it with
+//! kube's watcher (namespaced kinds in the pool namespace, cluster-scoped kinds everywhere) and
 //! turns the events into typed [`Notification`]s on a broadcast channel. Like GIE's binding
 //! (controller-runtime with a ResourceVersionChanged predicate) an update whose
 //! `resourceVersion` did not change is not delivered; after a relist, objects that vanished
@@ -9,14 +9,15 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use serde::Deserialize;
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::discovery::Scope;
 use serde_json::Value;
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::KubeHandle;
-use super::client::ClientError;
+use super::error::K8sError;
 use super::watch::{self, WatchEvent, WatchTarget};
 
 /// Group, version and kind of the watched objects (`group` empty for the core API).
@@ -92,33 +93,6 @@ impl Notification {
     }
 }
 
-#[derive(Deserialize)]
-struct ResourceList {
-    #[serde(default)]
-    resources: Vec<ApiResource>,
-}
-
-#[derive(Deserialize)]
-struct ApiResource {
-    name: String,
-    kind: String,
-    #[serde(default)]
-    namespaced: bool,
-}
-
-/// The collection path of `gvk` from an APIResourceList body; `None` when the kind is absent.
-pub fn collection_from_discovery(gvk: &Gvk, body: &[u8], namespace: &str) -> Result<Option<String>, String> {
-    let list: ResourceList = serde_json::from_slice(body).map_err(|e| format!("API discovery: {e}"))?;
-    let found = list.resources.iter().find(|r| r.kind == gvk.kind && !r.name.contains('/'));
-    Ok(found.map(|r| {
-        if r.namespaced {
-            format!("{}/namespaces/{namespace}/{}", gvk.discovery_path(), r.name)
-        } else {
-            format!("{}/{}", gvk.discovery_path(), r.name)
-        }
-    }))
-}
-
 /// Follows `gvk` and broadcasts notifications on `tx` until `cancel` fires. `plugin_name`
 /// labels the metric.
 pub async fn run(
@@ -128,9 +102,14 @@ pub async fn run(
     tx: broadcast::Sender<Notification>,
     cancel: CancellationToken,
 ) {
-    let Some((collection, resource)) = resolve(&kube, &gvk, &cancel).await else { return };
-    info!(plugin = %plugin_name, gvk = %gvk, %collection, "Watching objects for notifications");
-    let target = WatchTarget { collection, label_selector: None, field_selector: None, resource: resource.clone() };
+    let Some((api, scope)) = resolve(&kube, &gvk, &cancel).await else { return };
+    let resource = api.plural.clone();
+    let namespace = match scope {
+        Scope::Namespaced => Some(kube.namespace.clone()),
+        Scope::Cluster => None,
+    };
+    info!(plugin = %plugin_name, gvk = %gvk, %resource, namespace = ?namespace, "Watching objects for notifications");
+    let target = WatchTarget { api, namespace, label_selector: None, field_selector: None, resource: resource.clone() };
     let (events_tx, mut events) = mpsc::channel(64);
     let child = cancel.child_token();
     tokio::spawn(watch::run(kube.client.clone(), target, kube.options, kube.metrics.clone(), events_tx, child.clone()));
@@ -182,28 +161,23 @@ fn identity(o: &Value) -> ((String, String), String) {
     ((s("/metadata/namespace"), s("/metadata/name")), s("/metadata/resourceVersion"))
 }
 
-/// Resolves the collection, retrying with backoff (the CRD may be installed later).
-async fn resolve(kube: &KubeHandle, gvk: &Gvk, cancel: &CancellationToken) -> Option<(String, String)> {
+/// Resolves the kind through API discovery, retrying with backoff (the CRD may be installed
+/// later).
+async fn resolve(kube: &KubeHandle, gvk: &Gvk, cancel: &CancellationToken) -> Option<(ApiResource, Scope)> {
     let mut delay = kube.options.initial_backoff;
     let mut warned = false;
-    let path = gvk.discovery_path();
+    let wanted = GroupVersionKind::gvk(&gvk.group, &gvk.version, &gvk.kind);
     loop {
         let result = tokio::select! {
             _ = cancel.cancelled() => return None,
-            r = kube.client.get(&path) => r,
+            r = kube::discovery::pinned_kind(&kube.client, &wanted) => r,
         };
-        let outcome = result
-            .map_err(|e: ClientError| e.to_string())
-            .and_then(|body| collection_from_discovery(gvk, &body, &kube.namespace));
-        match outcome {
-            Ok(Some(collection)) => {
-                let resource = collection.rsplit('/').next().unwrap_or_default().to_string();
-                return Some((collection, resource));
-            }
-            Ok(None) | Err(_) => {
+        match result {
+            Ok((api, capabilities)) => return Some((api, capabilities.scope)),
+            Err(error) => {
+                let error = K8sError::Api(error);
                 kube.metrics.failures.with_label_values(&["discovery", "status"]).inc();
                 if !warned {
-                    let error = outcome.err().unwrap_or_else(|| format!("kind {} is not served", gvk.kind));
                     warn!(gvk = %gvk, %error, "Cannot resolve the watched kind; retrying");
                     warned = true;
                 }
@@ -214,26 +188,5 @@ async fn resolve(kube: &KubeHandle, gvk: &Gvk, cancel: &CancellationToken) -> Op
             _ = tokio::time::sleep(delay) => {}
         }
         delay = (delay * 2).min(kube.options.max_backoff);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn discovery_maps_kinds_to_collections() {
-        let body = br#"{"kind":"APIResourceList","groupVersion":"v1","resources":[
-            {"name":"pods","kind":"Pod","namespaced":true},{"name":"pods/status","kind":"Pod","namespaced":true},
-            {"name":"nodes","kind":"Node","namespaced":false}]}"#;
-        let pod = Gvk { group: String::new(), version: "v1".into(), kind: "Pod".into() };
-        assert_eq!(collection_from_discovery(&pod, body, "ns").unwrap().as_deref(), Some("/api/v1/namespaces/ns/pods"));
-        let node = Gvk { kind: "Node".into(), ..pod.clone() };
-        assert_eq!(collection_from_discovery(&node, body, "ns").unwrap().as_deref(), Some("/api/v1/nodes"));
-        let missing = Gvk { kind: "Widget".into(), ..pod.clone() };
-        assert_eq!(collection_from_discovery(&missing, body, "ns").unwrap(), None);
-        assert!(collection_from_discovery(&pod, b"{", "ns").is_err());
-        let crd = Gvk { group: "example.com".into(), version: "v1".into(), kind: "W".into() };
-        assert_eq!(crd.discovery_path(), "/apis/example.com/v1");
     }
 }

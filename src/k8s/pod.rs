@@ -11,6 +11,7 @@ use std::net::IpAddr;
 
 use serde::Deserialize;
 
+use super::error::K8sError;
 use super::pool::PoolSpec;
 use crate::endpoints::model::Endpoint;
 
@@ -69,7 +70,11 @@ struct RawCondition {
 }
 
 /// Reads a pod object; an error says which field is malformed.
-pub fn parse_pod(object: &serde_json::Value) -> Result<PodInfo, String> {
+pub fn parse_pod(object: &serde_json::Value) -> Result<PodInfo, K8sError> {
+    parse_pod_fields(object).map_err(|message| K8sError::Decode { what: "Pod", message })
+}
+
+fn parse_pod_fields(object: &serde_json::Value) -> Result<PodInfo, String> {
     let raw = RawPod::deserialize(object).map_err(|e| format!("pod: {e}"))?;
     let ready_condition = raw.status.conditions.iter().any(|c| c.kind == "Ready" && c.status == "True");
     let ip = raw.status.pod_ip.as_deref().filter(|s| !s.is_empty()).and_then(|s| s.parse().ok());

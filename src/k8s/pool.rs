@@ -6,7 +6,10 @@
 
 use std::collections::BTreeMap;
 
+use kube::core::ApiResource;
 use serde::Deserialize;
+
+use super::error::K8sError;
 
 /// The stable API group (GIE's `--pool-group` default).
 pub const GROUP_V1: &str = "inference.networking.k8s.io";
@@ -28,17 +31,24 @@ pub struct PoolRef {
 
 impl PoolRef {
     /// The served version of the group: `v1` for the stable group, `v1alpha2` for x-k8s.io.
-    pub fn version(&self) -> Result<&'static str, String> {
+    pub fn version(&self) -> Result<&'static str, K8sError> {
         match self.group.as_str() {
             GROUP_V1 => Ok("v1"),
             GROUP_V1ALPHA2 => Ok("v1alpha2"),
-            other => Err(format!("unsupported --pool-group {other:?}: use {GROUP_V1} or {GROUP_V1ALPHA2}")),
+            other => Err(K8sError::UnsupportedPoolGroup(other.to_string())),
         }
     }
 
-    /// Collection path of pools in the namespace.
-    pub fn collection_path(&self) -> Result<String, String> {
-        Ok(format!("/apis/{}/{}/namespaces/{}/inferencepools", self.group, self.version()?, self.namespace))
+    /// The InferencePool kind of the pool's group and version.
+    pub fn api_resource(&self) -> Result<ApiResource, K8sError> {
+        let version = self.version()?;
+        Ok(ApiResource {
+            group: self.group.clone(),
+            version: version.into(),
+            api_version: format!("{}/{version}", self.group),
+            kind: "InferencePool".into(),
+            plural: "inferencepools".into(),
+        })
     }
 }
 
@@ -79,7 +89,11 @@ struct RawPort {
 }
 
 /// Reads the selector and ports of a pool object; an error says what is unusable.
-pub fn parse_pool(object: &serde_json::Value) -> Result<PoolSpec, String> {
+pub fn parse_pool(object: &serde_json::Value) -> Result<PoolSpec, K8sError> {
+    parse_pool_fields(object).map_err(|message| K8sError::Decode { what: "InferencePool", message })
+}
+
+fn parse_pool_fields(object: &serde_json::Value) -> Result<PoolSpec, String> {
     let raw = RawPool::deserialize(object).map_err(|e| format!("pool spec: {e}"))?;
     let selector = match raw.spec.selector {
         None => BTreeMap::new(),
@@ -157,10 +171,11 @@ mod tests {
     #[test]
     fn group_selects_the_version() {
         let mut r = PoolRef { name: "p".into(), namespace: "ns".into(), group: GROUP_V1.into() };
-        assert_eq!(r.collection_path().unwrap(), "/apis/inference.networking.k8s.io/v1/namespaces/ns/inferencepools");
+        let api = r.api_resource().unwrap();
+        assert_eq!((api.api_version.as_str(), api.kind.as_str()), ("inference.networking.k8s.io/v1", "InferencePool"));
         r.group = GROUP_V1ALPHA2.into();
-        assert_eq!(r.version(), Ok("v1alpha2"));
+        assert_eq!(r.version().unwrap(), "v1alpha2");
         r.group = "example.com".into();
-        assert!(r.version().is_err());
+        assert!(matches!(r.version(), Err(K8sError::UnsupportedPoolGroup(_))));
     }
 }

@@ -1,27 +1,33 @@
-//! LIST then WATCH of one collection, the way client-go's reflector does it: LIST gives the
-//! full state and a `resourceVersion`; WATCH from that version streams ADDED / MODIFIED /
-//! DELETED / BOOKMARK / ERROR events (newline-delimited JSON). A watch that ends is resumed
-//! from the last seen version; 410 Gone (as a status or an ERROR event) forces a relist;
-//! failures back off exponentially. Objects are passed on untyped (`serde_json::Value`) on a
-//! bounded channel; the consumer turns them into its own types. Bad lines are counted and
-//! skipped, never fatal. Runs until cancelled or until the consumer drops its receiver.
+//! LIST then WATCH of one collection on kube-runtime's `watcher` (paged LIST, WATCH from the
+//! listed `resourceVersion` with bookmarks, resume from the last version when a watch ends,
+//! relist on 410 Gone) with jittered exponential backoff between failures. Objects are passed
+//! on untyped (`serde_json::Value`, kept as the API server sent them) on a bounded channel;
+//! the consumer turns them into its own types. A LIST is delivered whole ([`WatchEvent::Listed`],
+//! replacing everything known before), so consumers never see a half-listed state.
+//! Failures are counted by reason and retried, never fatal. Runs until cancelled or until
+//! the consumer drops its receiver.
 
 use std::time::Duration;
 
-use serde::Deserialize;
+use kube::api::{Api, DynamicObject};
+use kube::core::ApiResource;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
 use serde_json::Value;
 use tokio::sync::mpsc;
+use tokio_stream::StreamExt;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::client::{ApiClient, ClientError};
 use super::metrics::K8sMetrics;
 
 /// One collection to follow.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct WatchTarget {
-    /// Collection path, e.g. `/api/v1/namespaces/ns/pods`.
-    pub collection: String,
+    /// Group, version, kind and plural of the objects.
+    pub api: ApiResource,
+    /// Namespace of a namespaced kind; `None` = cluster-scoped (or all namespaces).
+    pub namespace: Option<String>,
     /// `labelSelector` (`k=v,k2=v2`), if any.
     pub label_selector: Option<String>,
     /// `fieldSelector` (`metadata.name=x`), if any.
@@ -33,18 +39,30 @@ pub struct WatchTarget {
 /// Retry and timeout settings.
 #[derive(Clone, Copy, Debug)]
 pub struct WatchOptions {
-    /// First delay after a failure (doubles up to `max_backoff`).
+    /// First delay after a failure (doubles, with jitter, up to `max_backoff`; reset by the
+    /// next success).
     pub initial_backoff: Duration,
     /// Longest delay between attempts.
     pub max_backoff: Duration,
-    /// Server-side watch duration (`timeoutSeconds`); the client gives up on a silent
-    /// connection 30 s after it.
+    /// Server-side watch duration (`timeoutSeconds`); the watch is then resumed.
     pub timeout_seconds: u32,
 }
 
 impl Default for WatchOptions {
     fn default() -> Self {
-        Self { initial_backoff: Duration::from_millis(500), max_backoff: Duration::from_secs(30), timeout_seconds: 300 }
+        Self { initial_backoff: Duration::from_millis(500), max_backoff: Duration::from_secs(30), timeout_seconds: 290 }
+    }
+}
+
+impl WatchOptions {
+    fn backoff(&self) -> watcher::ExponentialBackoff {
+        backon::ExponentialBuilder::default()
+            .with_min_delay(self.initial_backoff)
+            .with_max_delay(self.max_backoff)
+            .with_factor(2.0)
+            .with_jitter()
+            .without_max_times()
+            .into()
     }
 }
 
@@ -59,254 +77,120 @@ pub enum WatchEvent {
     Deleted(Value),
 }
 
-#[derive(Deserialize)]
-struct RawList {
-    #[serde(default)]
-    metadata: RawListMeta,
-    #[serde(default)]
-    items: Vec<Value>,
-}
-
-#[derive(Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RawListMeta {
-    #[serde(default)]
-    resource_version: String,
-}
-
-#[derive(Deserialize)]
-struct RawEvent {
-    #[serde(rename = "type")]
-    kind: String,
-    #[serde(default)]
-    object: Value,
-}
-
-/// How one watch connection ended.
-enum Ended {
-    /// The server closed the stream; `saw_events` = at least one line arrived.
-    Closed { saw_events: bool },
-    /// 410 Gone: relist (after a backoff when this connection delivered nothing, so a
-    /// server answering 410 to every fresh version cannot make us spin).
-    Gone { saw_events: bool },
-    /// A failure; resume from the last version after a backoff.
-    Failed(ClientError),
-    /// The consumer is gone.
-    Stopped,
-}
-
 /// Follows `target`, sending events to `tx` until `cancel` fires or `tx` is closed.
 pub async fn run(
-    client: ApiClient,
+    client: kube::Client,
     target: WatchTarget,
     options: WatchOptions,
     metrics: K8sMetrics,
     tx: mpsc::Sender<WatchEvent>,
     cancel: CancellationToken,
 ) {
-    let mut w = Watcher { client, target, options, metrics, tx, failing: false, delay: options.initial_backoff };
-    'relist: loop {
-        let listed = tokio::select! {
+    let api: Api<DynamicObject> = match &target.namespace {
+        Some(ns) => Api::namespaced_with(client, ns, &target.api),
+        None => Api::all_with(client, &target.api),
+    };
+    let mut config = watcher::Config::default().timeout(options.timeout_seconds);
+    if let Some(s) = &target.label_selector {
+        config = config.labels(s);
+    }
+    if let Some(s) = &target.field_selector {
+        config = config.fields(s);
+    }
+    let stream = watcher(api, config).backoff(options.backoff());
+    let mut stream = std::pin::pin!(stream);
+    let resource = target.resource.as_str();
+    let mut listing: Option<Vec<Value>> = None;
+    let mut failing = false;
+    loop {
+        let next = tokio::select! {
             _ = cancel.cancelled() => return,
-            r = w.list() => r,
+            next = stream.next() => next,
         };
-        let mut version = match listed {
-            Ok((items, version)) => {
-                w.metrics.lists.with_label_values(&[&w.target.resource]).inc();
-                if w.tx.send(WatchEvent::Listed(items)).await.is_err() {
-                    return;
-                }
-                w.recovered();
-                version
-            }
-            Err(error) => {
-                w.failed(&error);
-                if !w.backoff(&cancel).await {
-                    return;
+        let event = match next {
+            None => return,
+            Some(Err(error)) => {
+                let reason = failure_reason(&error);
+                metrics.failures.with_label_values(&[resource, reason]).inc();
+                if reason == "gone" {
+                    info!(resource, "Watch expired (410 Gone); relisting");
+                } else if !failing {
+                    warn!(resource, %error, "Kubernetes watch failing; retrying with backoff");
+                    failing = true;
+                } else {
+                    debug!(resource, %error, "Kubernetes watch still failing");
                 }
                 continue;
             }
+            Some(Ok(event)) => event,
         };
-        loop {
-            let ended = tokio::select! {
-                _ = cancel.cancelled() => return,
-                e = w.watch_once(&mut version) => e,
-            };
-            match ended {
-                Ended::Stopped => return,
-                Ended::Gone { saw_events } => {
-                    w.metrics.failures.with_label_values(&[&w.target.resource, "gone"]).inc();
-                    info!(resource = %w.target.resource, "Watch expired (410 Gone); relisting");
-                    if !saw_events && !w.backoff(&cancel).await {
-                        return;
-                    }
-                    continue 'relist;
-                }
-                Ended::Closed { saw_events: true } => w.recovered(),
-                // A server that closes at once every time must not make us spin.
-                Ended::Closed { saw_events: false } => {
-                    if !w.backoff(&cancel).await {
-                        return;
-                    }
-                }
-                Ended::Failed(error) => {
-                    w.failed(&error);
-                    if !w.backoff(&cancel).await {
-                        return;
-                    }
-                }
+        if std::mem::take(&mut failing) {
+            info!(resource, "Kubernetes watch recovered");
+        }
+        let out = match event {
+            Event::Init => {
+                listing = Some(Vec::new());
+                continue;
             }
-        }
-    }
-}
-
-struct Watcher {
-    client: ApiClient,
-    target: WatchTarget,
-    options: WatchOptions,
-    metrics: K8sMetrics,
-    tx: mpsc::Sender<WatchEvent>,
-    failing: bool,
-    delay: Duration,
-}
-
-impl Watcher {
-    fn query(&self, extra: &[(&str, &str)]) -> String {
-        let mut params: Vec<(&str, &str)> = extra.to_vec();
-        if let Some(s) = &self.target.label_selector {
-            params.push(("labelSelector", s));
-        }
-        if let Some(s) = &self.target.field_selector {
-            params.push(("fieldSelector", s));
-        }
-        let mut q = self.target.collection.clone();
-        for (i, (k, v)) in params.iter().enumerate() {
-            q.push(if i == 0 { '?' } else { '&' });
-            q.push_str(k);
-            q.push('=');
-            q.push_str(&encode_query_value(v));
-        }
-        q
-    }
-
-    async fn list(&self) -> Result<(Vec<Value>, String), ClientError> {
-        let body = self.client.get(&self.query(&[])).await?;
-        let list: RawList = serde_json::from_slice(&body).map_err(|e| ClientError::Body(format!("LIST: {e}")))?;
-        Ok((list.items, list.metadata.resource_version))
-    }
-
-    async fn watch_once(&self, version: &mut String) -> Ended {
-        let timeout = self.options.timeout_seconds.to_string();
-        let path = self.query(&[
-            ("watch", "true"),
-            ("resourceVersion", version),
-            ("allowWatchBookmarks", "true"),
-            ("timeoutSeconds", &timeout),
-        ]);
-        let mut lines = match self.client.watch(&path).await {
-            Ok(l) => l,
-            Err(e) if e.is_gone() => return Ended::Gone { saw_events: false },
-            Err(e) => return Ended::Failed(e),
+            Event::InitApply(object) => {
+                metrics.events.with_label_values(&[resource, "listed"]).inc();
+                if let Some(items) = listing.as_mut() {
+                    items.push(untyped(object));
+                }
+                continue;
+            }
+            Event::InitDone => {
+                metrics.lists.with_label_values(&[resource]).inc();
+                WatchEvent::Listed(listing.take().unwrap_or_default())
+            }
+            Event::Apply(object) => {
+                metrics.events.with_label_values(&[resource, "applied"]).inc();
+                WatchEvent::Applied(untyped(object))
+            }
+            Event::Delete(object) => {
+                metrics.events.with_label_values(&[resource, "deleted"]).inc();
+                WatchEvent::Deleted(untyped(object))
+            }
         };
-        let idle = Duration::from_secs(u64::from(self.options.timeout_seconds) + 30);
-        let mut saw_events = false;
-        // Object events (not bookmarks or errors) on this connection.
-        let mut events = 0u64;
-        loop {
-            let line = match tokio::time::timeout(idle, lines.next_line()).await {
-                Err(_) => return Ended::Failed(ClientError::Timeout),
-                Ok(Err(e)) => return Ended::Failed(e),
-                Ok(Ok(None)) => return Ended::Closed { saw_events },
-                Ok(Ok(Some(line))) => line,
-            };
-            saw_events = true;
-            let event: RawEvent = match serde_json::from_slice(&line) {
-                Ok(e) => e,
-                Err(error) => {
-                    self.metrics.failures.with_label_values(&[&self.target.resource, "decode"]).inc();
-                    debug!(resource = %self.target.resource, %error, "Undecodable watch line skipped");
-                    continue;
-                }
-            };
-            let kind = event.kind.to_ascii_lowercase();
-            if matches!(kind.as_str(), "added" | "modified" | "deleted" | "bookmark" | "error") {
-                self.metrics.events.with_label_values(&[&self.target.resource, &kind]).inc();
-            }
-            if kind == "error" {
-                let code = event.object.get("code").and_then(Value::as_u64).unwrap_or(0);
-                if code == 410 {
-                    return Ended::Gone { saw_events: events > 0 };
-                }
-                let message = event.object.get("message").and_then(Value::as_str).unwrap_or_default().to_string();
-                return Ended::Failed(ClientError::Status { status: code as u16, message });
-            }
-            if let Some(v) = event.object.pointer("/metadata/resourceVersion").and_then(Value::as_str) {
-                *version = v.to_string();
-            }
-            let out = match kind.as_str() {
-                "added" | "modified" => WatchEvent::Applied(event.object),
-                "deleted" => WatchEvent::Deleted(event.object),
-                _ => continue,
-            };
-            events += 1;
-            if self.tx.send(out).await.is_err() {
-                return Ended::Stopped;
-            }
-        }
-    }
-
-    fn failed(&mut self, error: &ClientError) {
-        let reason = match error {
-            ClientError::Connect(_) | ClientError::Config(_) => "connect",
-            ClientError::Status { .. } => "status",
-            ClientError::Timeout => "timeout",
-            ClientError::Body(_) => "body",
-        };
-        self.metrics.failures.with_label_values(&[&self.target.resource, reason]).inc();
-        if !self.failing {
-            warn!(resource = %self.target.resource, %error, "Kubernetes watch failing; retrying with backoff");
-            self.failing = true;
-        }
-    }
-
-    fn recovered(&mut self) {
-        if self.failing {
-            info!(resource = %self.target.resource, "Kubernetes watch recovered");
-            self.failing = false;
-        }
-        self.delay = self.options.initial_backoff;
-    }
-
-    /// Sleeps the current backoff (doubling it); `false` when cancelled meanwhile.
-    async fn backoff(&mut self, cancel: &CancellationToken) -> bool {
-        let d = self.delay;
-        self.delay = (self.delay * 2).min(self.options.max_backoff);
-        tokio::select! {
-            _ = cancel.cancelled() => false,
-            _ = tokio::time::sleep(d) => true,
+        if tx.send(out).await.is_err() {
+            return;
         }
     }
 }
 
-/// Percent-encodes a query value (RFC 3986 unreserved characters pass through).
-pub fn encode_query_value(v: &str) -> String {
-    let mut out = String::with_capacity(v.len());
-    for b in v.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+/// kube's watcher with an untyped object type (every kind goes through the same path).
+fn watcher(
+    api: Api<DynamicObject>,
+    config: watcher::Config,
+) -> impl tokio_stream::Stream<Item = Result<Event<DynamicObject>, watcher::Error>> + Send {
+    watcher::watcher(api, config)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// The object as JSON (the shape the API server sent: `apiVersion`, `kind`, `metadata`, rest).
+fn untyped(object: DynamicObject) -> Value {
+    // Serialising a DynamicObject (ObjectMeta + a JSON map) cannot fail; Null is never seen.
+    serde_json::to_value(object).unwrap_or(Value::Null)
+}
 
-    #[test]
-    fn encodes_selectors() {
-        assert_eq!(encode_query_value("app=vllm,llm-d.ai/role=decode"), "app%3Dvllm%2Cllm-d.ai%2Frole%3Ddecode");
+/// The `reason` label of a failure: gone | status | connect | decode | body.
+pub fn failure_reason(error: &watcher::Error) -> &'static str {
+    match error {
+        watcher::Error::WatchError(status) if status.code == 410 => "gone",
+        watcher::Error::WatchError(_) => "status",
+        watcher::Error::NoResourceVersion => "body",
+        watcher::Error::InitialListFailed(e) | watcher::Error::WatchStartFailed(e) | watcher::Error::WatchFailed(e) => {
+            client_failure_reason(e)
+        }
+    }
+}
+
+/// The `reason` label of a kube client error.
+pub fn client_failure_reason(error: &kube::Error) -> &'static str {
+    match error {
+        kube::Error::Api(status) if status.code == 410 => "gone",
+        kube::Error::Api(_) => "status",
+        kube::Error::SerdeError(_) => "decode",
+        kube::Error::ReadEvents(_) | kube::Error::LinesCodecMaxLineLengthExceeded => "body",
+        _ => "connect",
     }
 }

@@ -8,6 +8,7 @@ use crate::endpoints::model::Candidate;
 use crate::framework::context::SchedulingContext;
 use crate::framework::plugin::{Filter, Picker, PluginName, ScoredCandidate, Scorer};
 use crate::framework::result::ProfileResult;
+use crate::telemetry::otel;
 use crate::telemetry::twin::TwinHistogram;
 
 /// A plugin in a profile slot, with its timer.
@@ -61,9 +62,9 @@ pub enum ProfileFailure {
     NothingPicked,
 }
 
-fn timed<R>(timer: &TwinHistogram, f: impl FnOnce() -> R) -> R {
+fn timed<R>(timer: &TwinHistogram, span: tracing::Span, f: impl FnOnce() -> R) -> R {
     let start = Instant::now();
-    let r = f();
+    let r = span.in_scope(f);
     timer.observe(start.elapsed().as_secs_f64());
     r
 }
@@ -75,15 +76,18 @@ impl Profile {
         cx: &SchedulingContext<'_>,
         mut candidates: Vec<Candidate>,
     ) -> Result<ProfileResult, ProfileFailure> {
+        let _span = otel::profile_span(&self.name).entered();
         for f in &self.filters {
-            candidates = timed(&f.timer, || f.plugin.filter(cx, candidates));
+            candidates = timed(&f.timer, otel::plugin_span("filter", &f.name), || f.plugin.filter(cx, candidates));
             if candidates.is_empty() {
                 return Err(ProfileFailure::Filtered { filter: f.name.clone() });
             }
         }
         let mut totals = vec![0.0f64; candidates.len()];
         for s in &self.scorers {
-            let scores = timed(&s.slot.timer, || s.slot.plugin.score(cx, &candidates));
+            let scores = timed(&s.slot.timer, otel::plugin_span("scorer", &s.slot.name), || {
+                s.slot.plugin.score(cx, &candidates)
+            });
             for (total, score) in totals.iter_mut().zip(scores) {
                 let clamped = if score.is_nan() { 0.0 } else { score.clamp(0.0, 1.0) };
                 *total += s.weight * clamped;
@@ -91,7 +95,8 @@ impl Profile {
         }
         let scored =
             candidates.into_iter().zip(totals).map(|(candidate, score)| ScoredCandidate { candidate, score }).collect();
-        let targets = timed(&self.picker.timer, || self.picker.plugin.pick(cx, scored));
+        let picker = otel::plugin_span("picker", &self.picker.name);
+        let targets = timed(&self.picker.timer, picker, || self.picker.plugin.pick(cx, scored));
         if targets.is_empty() {
             return Err(ProfileFailure::NothingPicked);
         }

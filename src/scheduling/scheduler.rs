@@ -4,7 +4,7 @@
 //! returns the decision with the header edits. Synchronous, no I/O; safe to call from many
 //! threads at once.
 
-use std::collections::HashMap;
+use crate::objectives::ObjectiveStore;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -19,6 +19,7 @@ use crate::framework::plugin::{Admitter, DataProducer, PreRequest, ProfileHandle
 use crate::framework::result::{HeaderEdits, ProfileResults, SchedulingResult};
 use crate::request::InferenceRequest;
 use crate::request::parsers::ParserSet;
+use crate::telemetry::otel;
 
 /// A decision and everything computed on the way.
 #[derive(Clone, Debug)]
@@ -29,6 +30,13 @@ pub struct Decision {
     pub data: RequestData,
     /// Request-header edits from pre-request hooks.
     pub headers: HeaderEdits,
+}
+
+impl Decision {
+    /// Id of the primary profile's first target (`""` when none).
+    fn target(&self) -> &str {
+        self.result.primary().and_then(|p| p.targets.first()).map_or("", |c| &**c.id())
+    }
 }
 
 /// An admitter with its timer and decision counters.
@@ -65,9 +73,10 @@ pub struct SchedulerParts {
     /// Apply the legacy rule (priority < 0 and saturation >= 1 -> 429); off when Flow
     /// Control admits requests instead.
     pub legacy_shedding: bool,
-    /// Objective name -> priority (what InferenceObjective objects say in Kubernetes); the
-    /// request's objective header selects one, negative = sheddable.
-    pub objectives: HashMap<String, i32>,
+    /// Objective priorities (InferenceObjective objects, else `--objective`) and model
+    /// rewrites (InferenceModelRewrite objects); the request's objective header selects a
+    /// priority, negative = sheddable.
+    pub objectives: ObjectiveStore,
     /// The request parsers the config selects (`parser` / `requestHandler.parsers`); the
     /// stream parses each body with the one its path resolves to.
     pub parsers: ParserSet,
@@ -89,7 +98,7 @@ pub struct Scheduler {
     metrics: SchedulerMetrics,
     saturation: Option<Arc<dyn SaturationDetector>>,
     legacy_shedding: bool,
-    objectives: HashMap<String, i32>,
+    objectives: ObjectiveStore,
     parsers: ParserSet,
     stage: Stage,
     profile_names: Vec<Arc<str>>,
@@ -132,9 +141,9 @@ impl Scheduler {
         }
     }
 
-    /// The same scheduler with `objectives` (objective name -> priority) replacing the
+    /// The same scheduler with `objectives` (priorities and model rewrites) replacing the
     /// config's; for the app, before the scheduler is shared.
-    pub fn with_objectives(mut self, objectives: HashMap<String, i32>) -> Self {
+    pub fn with_objectives(mut self, objectives: ObjectiveStore) -> Self {
         self.objectives = objectives;
         self
     }
@@ -189,6 +198,11 @@ impl Scheduler {
         &self.parsers
     }
 
+    /// Objective priorities and model rewrites.
+    pub fn objectives(&self) -> &ObjectiveStore {
+        &self.objectives
+    }
+
     /// What the asynchronous stage before the decision awaits.
     pub fn stage(&self) -> &Stage {
         &self.stage
@@ -196,7 +210,7 @@ impl Scheduler {
 
     /// The request's priority: its objective's (`objectives`), else `request.priority`.
     pub fn priority(&self, request: &InferenceRequest) -> i32 {
-        request.headers.objective().and_then(|o| self.objectives.get(o)).copied().unwrap_or(request.priority)
+        request.headers.objective().and_then(|o| self.objectives.priority(o)).unwrap_or(request.priority)
     }
 
     /// Runs the data producers for a request.
@@ -251,8 +265,10 @@ impl Scheduler {
         candidates: Vec<Candidate>,
     ) -> Result<Decision, ScheduleError> {
         let start = Instant::now();
-        let outcome = self.schedule_inner(request, awaited, candidates);
+        let span = otel::schedule_span(candidates.len());
+        let outcome = span.in_scope(|| self.schedule_inner(request, awaited, candidates));
         self.metrics.record_decision(start.elapsed().as_secs_f64(), outcome.is_ok());
+        otel::record_schedule(&span, outcome.as_ref().map(Decision::target).map_err(|_| "failed"));
         outcome
     }
 

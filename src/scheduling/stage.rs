@@ -12,6 +12,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
+use tracing::Instrument;
 
 use super::scheduler::Scheduler;
 use crate::endpoints::store::EndpointStore;
@@ -20,6 +21,7 @@ use crate::framework::data::{ByProducer, RequestData};
 use crate::framework::plugin::{EncoderCacheSizer, PluginName};
 use crate::latency::Predictor;
 use crate::request::InferenceRequest;
+use crate::telemetry::otel;
 use crate::tokenize::Tokenizer;
 
 /// What the stage before a decision awaits, resolved once when the config loads.
@@ -54,9 +56,11 @@ pub async fn before_decision(
 ) -> Result<RequestData, Outcome> {
     let stage = scheduler.stage();
     let mut data = RequestData::default();
-    tokenize(stage, request, &mut data, tokenize_input).await;
+    tokenize(stage, request, &mut data, tokenize_input).instrument(otel::tokenize_span()).await;
     if let Some(controller) = flow_control {
-        match controller.enqueue_and_wait(flow_request(scheduler, request)).await {
+        let flow = flow_request(scheduler, request);
+        let wait = otel::flow_control_span(flow.priority);
+        match controller.enqueue_and_wait(flow).instrument(wait).await {
             Outcome::Dispatched => {}
             ended => return Err(ended),
         }

@@ -1,5 +1,9 @@
 //! The admin HTTP server on `--metrics-port`: `GET /metrics` (Prometheus text of the one
 //! registry), `GET /healthz` (alive) and `GET /readyz` (ready to route). Plain HTTP/1.1.
+//! An optional [`MetricsGuard`] decides on every `/metrics` request from its bearer token
+//! (`--metrics-endpoint-auth`: Kubernetes token and access reviews); `/healthz` and
+//! `/readyz` stay open. With a rustls config (`--metrics-cert-dir`,
+//! `--metrics-client-ca-file`) every connection is TLS (handshake bounded in time).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -20,14 +24,36 @@ use tracing::debug;
 /// operator may alert on (e.g. KV-event hash drift).
 pub type ReadinessCheck = Arc<dyn Fn() -> Result<Vec<String>, String> + Send + Sync>;
 
+/// Deadline of a TLS handshake on the metrics port.
+const TLS_HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Decides whether a `/metrics` request with this bearer token (`None`: no
+/// `Authorization: Bearer` header) is served: `200 OK` to serve, else the status to answer
+/// (401, 403, 500).
+pub type MetricsGuard =
+    Arc<dyn Fn(Option<String>) -> std::pin::Pin<Box<dyn Future<Output = StatusCode> + Send>> + Send + Sync>;
+
+/// What the admin server exposes beyond the registry, and how it guards it.
+#[derive(Clone, Default)]
+pub struct AdminOptions {
+    /// Which names of twin metric families `/metrics` exports.
+    pub naming: super::naming::MetricsNaming,
+    /// Authentication of `/metrics` (`None`: open).
+    pub guard: Option<MetricsGuard>,
+    /// TLS on every connection (`None`: plain HTTP).
+    pub tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
+}
+
 /// Serves the admin endpoints on the connections of `incoming` (the guarded accept loop:
 /// connection cap, handshake and idle timeouts) until `cancel`.
 pub async fn serve(
     mut incoming: crate::net::incoming::Incoming,
     registry: Registry,
     ready: ReadinessCheck,
+    options: AdminOptions,
     cancel: CancellationToken,
 ) {
+    let acceptor = options.tls.clone().map(tokio_rustls::TlsAcceptor::from);
     use tokio_stream::StreamExt;
     loop {
         let stream = tokio::select! {
@@ -42,21 +68,64 @@ pub async fn serve(
         let tracker = stream.info().tracker.clone();
         let registry = registry.clone();
         let ready = ready.clone();
+        let options = options.clone();
         let cancel = cancel.clone();
+        let acceptor = acceptor.clone();
         tokio::spawn(async move {
-            let service = service_fn(move |req| {
+            let service = service_fn(move |req: Request<hyper::body::Incoming>| {
                 // HTTP/1.1 serves one request at a time; the response body is complete here.
-                let _busy = tracker.stream_started();
-                let response = route(&req, &registry, &ready);
-                async move { Ok::<_, Infallible>(response) }
+                let busy = tracker.stream_started();
+                let (registry, ready, options) = (registry.clone(), ready.clone(), options.clone());
+                async move {
+                    let _busy = busy;
+                    if let (Some(guard), "/metrics") = (&options.guard, req.uri().path()) {
+                        let status = guard(bearer_token(&req)).await;
+                        if status != StatusCode::OK {
+                            let reason = status.canonical_reason().unwrap_or("denied");
+                            return Ok::<_, Infallible>(text(status, format!("{reason}\n")));
+                        }
+                    }
+                    Ok::<_, Infallible>(route(&req, &registry, &ready, &options.naming))
+                }
             });
-            let conn = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
-            tokio::select! {
-                _ = cancel.cancelled() => {}
-                result = conn => if let Err(error) = result { debug!(%error, ?peer, "admin connection ended"); },
+            let result = match acceptor {
+                Some(acceptor) => {
+                    let handshake = tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream));
+                    let tls = tokio::select! {
+                        _ = cancel.cancelled() => return,
+                        done = handshake => match done {
+                            Ok(Ok(tls)) => tls,
+                            Ok(Err(error)) => return debug!(%error, ?peer, "admin TLS handshake failed"),
+                            Err(_) => return debug!(?peer, "admin TLS handshake timed out"),
+                        },
+                    };
+                    let conn = http1::Builder::new().serve_connection(TokioIo::new(tls), service);
+                    tokio::select! {
+                        _ = cancel.cancelled() => return,
+                        result = conn => result,
+                    }
+                }
+                None => {
+                    let conn = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+                    tokio::select! {
+                        _ = cancel.cancelled() => return,
+                        result = conn => result,
+                    }
+                }
+            };
+            if let Err(error) = result {
+                debug!(%error, ?peer, "admin connection ended");
             }
         });
     }
+}
+
+/// The token of an `Authorization: Bearer <token>` header.
+fn bearer_token<B>(req: &Request<B>) -> Option<String> {
+    let value = req.headers().get(hyper::header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then(|| token.to_string())
 }
 
 fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
@@ -65,7 +134,12 @@ fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
     r
 }
 
-fn route<B>(req: &Request<B>, registry: &Registry, ready: &ReadinessCheck) -> Response<Full<Bytes>> {
+fn route<B>(
+    req: &Request<B>,
+    registry: &Registry,
+    ready: &ReadinessCheck,
+    naming: &super::naming::MetricsNaming,
+) -> Response<Full<Bytes>> {
     if req.method() != Method::GET {
         return text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n");
     }
@@ -73,7 +147,7 @@ fn route<B>(req: &Request<B>, registry: &Registry, ready: &ReadinessCheck) -> Re
         "/metrics" => {
             let mut buf = Vec::new();
             let encoder = TextEncoder::new();
-            if let Err(e) = encoder.encode(&registry.gather(), &mut buf) {
+            if let Err(e) = encoder.encode(&naming.filter(registry.gather()), &mut buf) {
                 return text(StatusCode::INTERNAL_SERVER_ERROR, format!("encode failed: {e}\n"));
             }
             let mut r = text(StatusCode::OK, buf);

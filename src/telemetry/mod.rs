@@ -1,8 +1,14 @@
-//! Telemetry: log/trace subscriber setup (`tracing`), request-level Prometheus metrics
-//! (`metrics`), dual-named metric families (`twin`), capped label values (`labels`) and the admin HTTP server (`admin`).
+//! Telemetry: log/trace subscriber setup (`tracing`), OpenTelemetry spans and export (`otel`), request-level Prometheus metrics
+//! (`metrics`), dual-named metric families (`twin`) and which half `/metrics` exports
+//! (`naming`), capped label values (`labels`), GIE's pool gauges (`pool_gauges`), process
+//! metrics (`process`) and the admin HTTP server (`admin`).
 
 pub mod admin;
 pub mod labels;
 pub mod metrics;
+pub mod naming;
+pub mod otel;
+pub mod pool_gauges;
+pub mod process;
 pub mod tracing;
 pub mod twin;

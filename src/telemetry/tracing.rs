@@ -104,14 +104,26 @@ pub fn init(format: LogFormat, verbosity: u8) {
 
 /// Installs the global subscriber from full options. Later calls are ignored.
 pub fn init_with(options: &LogOptions) {
+    init_with_spans(options, None);
+}
+
+/// Installs the global subscriber: log lines on stderr and, with `spans`, the OpenTelemetry
+/// layer that exports `crate::telemetry::otel` spans through that provider. Later calls are
+/// ignored.
+pub fn init_with_spans(options: &LogOptions, spans: Option<&opentelemetry_sdk::trace::SdkTracerProvider>) {
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
     let others = if matches!(options.level, "error") { "error" } else { "warn" };
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(format!("epp={},{others}", options.level)));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    let _ = match options.format {
-        LogFormat::Json => builder.event_format(ZapJson { time: options.time_encoding }).try_init(),
-        LogFormat::Console => builder.try_init(),
+    let lines = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let lines = match options.format {
+        LogFormat::Json => lines.event_format(ZapJson { time: options.time_encoding }).boxed(),
+        LogFormat::Console => lines.boxed(),
     };
+    let otel = spans.map(super::otel::layer);
+    let _ = tracing_subscriber::registry().with(lines.with_filter(filter)).with(otel).try_init();
 }
 
 /// zap-style JSON lines (see the module doc).

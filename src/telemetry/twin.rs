@@ -38,6 +38,7 @@ fn pair<C: Collector + Clone + 'static>(
     let (a, b) = (make(gie)?, make(llmd)?);
     registry.register(Box::new(a.clone()))?;
     registry.register(Box::new(b.clone()))?;
+    super::naming::record_twin(gie, llmd);
     Ok((a, b))
 }
 

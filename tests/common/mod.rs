@@ -27,6 +27,7 @@ use tokio::net::TcpListener;
 pub mod kube;
 pub mod kv;
 pub mod process;
+pub mod redis_server;
 
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt;

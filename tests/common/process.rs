@@ -81,6 +81,11 @@ impl EppProcess {
         assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0, "kill -TERM");
     }
 
+    /// Sends SIGKILL (no shutdown path runs).
+    pub fn kill(&mut self) {
+        self.child.kill().expect("kill -KILL");
+    }
+
     /// Waits for the exit (polling `try_wait` until `limit`); `None` if still running.
     pub async fn wait_exit(&mut self, limit: Duration) -> Option<(ExitStatus, Duration)> {
         let start = Instant::now();

@@ -9,6 +9,10 @@
 //! raised to at least 64 at request time), `blockSize` (deprecated alias),
 //! `maxPrefixTokensToMatch` (131072; takes precedence), `maxPrefixBlocksToMatch` (2048; used
 //! only when tokens = 0; both 0 = unlimited), `lruCapacityPerServer` (31250).
+//!
+//! With replica sync (docs/replicas.md) every recorded entry is published, and entries other
+//! replicas recorded are added to the index the same way (endpoints this replica does not
+//! know are skipped).
 
 pub mod hashing;
 pub mod index;
@@ -20,12 +24,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde::Deserialize;
 
 use super::prefix_source::PrefixSource;
-use crate::endpoints::model::{Candidate, EndpointId};
+use crate::endpoints::model::{Candidate, EndpointId, MetricsState};
 use crate::endpoints::store::EndpointStore;
 use crate::framework::build::{BuildContext, BuildError, PluginMetrics, PluginSpec, decode_params};
 use crate::framework::context::SchedulingContext;
 use crate::framework::data::MatchInfo;
 use crate::framework::plugin::{PluginInstance, PluginName, PreRequest};
+use crate::framework::replica::{Origin, ReplicaHandle, SharedState, SharedUpdate};
 use crate::framework::result::{HeaderEdits, SchedulingResult};
 use crate::request::InferenceRequest;
 use crate::telemetry::twin::{TwinGauge, TwinHistogram};
@@ -78,6 +83,7 @@ pub struct ApproxPrefixProducer {
     hit_ratio: TwinHistogram,
     hit_bytes: TwinHistogram,
     size: TwinGauge,
+    replica: ReplicaHandle,
 }
 
 /// Factory.
@@ -93,7 +99,11 @@ pub fn build(spec: &PluginSpec, cx: &BuildContext) -> Result<PluginInstance, Bui
     if params.lru_capacity_per_server == 0 {
         return Err(BuildError::new(format!("{}.parameters.lruCapacityPerServer", spec.path), "must be > 0"));
     }
-    let producer = Arc::new(ApproxPrefixProducer::new(spec.name.clone(), params, cx.endpoints.clone(), &cx.metrics));
+    let producer = Arc::new(
+        ApproxPrefixProducer::new(spec.name.clone(), params, cx.endpoints.clone(), &cx.metrics)
+            .with_replica(cx.replica.clone()),
+    );
+    cx.replica.register(&spec.name, &producer);
     Ok(PluginInstance::new(spec.name.clone(), TYPE).with_producer(producer.clone()).with_pre_request(producer))
 }
 
@@ -110,7 +120,14 @@ impl ApproxPrefixProducer {
             index: ApproxIndex::default(),
             endpoints,
             seen_generation: AtomicU64::new(0),
+            replica: ReplicaHandle::default(),
         }
+    }
+
+    /// Publishes recorded entries to the other replicas through `replica`.
+    pub fn with_replica(mut self, replica: ReplicaHandle) -> Self {
+        self.replica = replica;
+        self
     }
 
     fn block_size(&self, candidates: &[Candidate]) -> usize {
@@ -133,7 +150,11 @@ impl ApproxPrefixProducer {
     }
 
     fn capacity(&self, c: &Candidate) -> usize {
-        let tuned = self.params.auto_tune.then_some(c.metrics.metrics.cache_num_blocks).flatten().filter(|n| *n > 0);
+        self.capacity_of(&c.metrics)
+    }
+
+    fn capacity_of(&self, metrics: &MetricsState) -> usize {
+        let tuned = self.params.auto_tune.then_some(metrics.metrics.cache_num_blocks).flatten().filter(|n| *n > 0);
         tuned.map_or(self.params.lru_capacity_per_server, |n| usize::try_from(n).unwrap_or(usize::MAX))
     }
 
@@ -175,11 +196,28 @@ impl PreRequest for ApproxPrefixProducer {
             let info = m.get(&primary.endpoint.id);
             self.hit_ratio.observe(info.match_blocks as f64 / m.total_blocks as f64);
             self.hit_bytes.observe((info.match_blocks * m.block_size_tokens * 4) as f64);
-            self.index.add(&primary.endpoint.id, &m.keys, self.capacity(primary));
+            self.record(primary, &m.keys);
         }
         for other in holders {
-            self.index.add(&other.endpoint.id, &m.keys, self.capacity(other));
+            self.record(other, &m.keys);
         }
+        self.size.set(self.index.len() as f64);
+    }
+}
+
+impl ApproxPrefixProducer {
+    fn record(&self, holder: &Candidate, keys: &Arc<[u64]>) {
+        self.index.add(holder.id(), keys, self.capacity(holder));
+        let endpoint = holder.id().clone();
+        self.replica.publish(&self.name, || SharedUpdate::PrefixRecorded { endpoint, keys: keys.clone() });
+    }
+}
+
+impl SharedState for ApproxPrefixProducer {
+    fn apply(&self, _: Origin<'_>, update: &SharedUpdate) {
+        let SharedUpdate::PrefixRecorded { endpoint, keys } = update else { return };
+        let Some(entry) = self.endpoints.snapshot().get(endpoint).cloned() else { return };
+        self.index.add(endpoint, keys, self.capacity_of(&entry.metrics.load()));
         self.size.set(self.index.len() as f64);
     }
 }

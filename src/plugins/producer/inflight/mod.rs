@@ -13,7 +13,12 @@
 //!
 //! Parameters: `addEstimatedOutputTokens` (false), `outputRatio` (1.5, >= 0),
 //! `maxEstimatedOutputTokens` (unset, >= 0), `prefixMatchInfoProducerName` ("" = default
-//! prefix producer), `syncCrossReplicaState` (true; accepted, no effect: one replica).
+//! prefix producer), `syncCrossReplicaState` (true: with replica sync on, share in-flight
+//! load with the other replicas; false: this replica's load only).
+//!
+//! With replica sync (docs/replicas.md) every addition and release is published as a delta
+//! and every heartbeat carries this replica's totals; `InFlightLoad` is the local ledger plus
+//! what the other live replicas have in flight.
 //!
 //! Metrics: `llm_d_epp_inflight_requests` and `llm_d_epp_inflight_tokens`
 //! `{endpoint_name, producer_name}`, set on every addition and release; an endpoint's series
@@ -30,10 +35,11 @@ use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_param
 use crate::framework::context::{DataKey, SchedulingContext};
 use crate::framework::data::{InFlightLoads, PrefixMatches, RequestData};
 use crate::framework::plugin::{DataProducer, PluginInstance, PluginName, PreRequest, ResponseHook};
+use crate::framework::replica::{Origin, RemoteLoads, ReplicaHandle, SharedState, SharedUpdate};
 use crate::framework::result::{HeaderEdits, SchedulingResult};
 use crate::request::InferenceRequest;
 use crate::request::usage::Usage;
-use state::{Gauges, Ledger};
+use state::{Gauges, Ledger, Released};
 
 /// Type name.
 pub const TYPE: &str = "inflight-load-producer";
@@ -50,7 +56,7 @@ pub struct Params {
     pub max_estimated_output_tokens: Option<i64>,
     /// Prefix producer to read ("" = default).
     pub prefix_match_info_producer_name: String,
-    /// Cross-replica sync (accepted; no effect with one replica).
+    /// Share in-flight load with the other replicas when replica sync is on.
     pub sync_cross_replica_state: bool,
 }
 
@@ -73,6 +79,8 @@ pub struct InFlightProducer {
     prefix_producer: Option<PluginName>,
     output: Option<(f64, Option<u64>)>,
     ledger: Ledger,
+    replica: ReplicaHandle,
+    remote: RemoteLoads,
 }
 
 /// Factory.
@@ -93,8 +101,10 @@ pub fn build(spec: &PluginSpec, cx: &BuildContext) -> Result<PluginInstance, Bui
             Some(p.prefix_match_info_producer_name).filter(|s| !s.is_empty()).map(PluginName::from),
             p.add_estimated_output_tokens.then_some((p.output_ratio, cap)),
         )
-        .with_gauges(cx.metrics.inflight_requests.clone(), cx.metrics.inflight_tokens.clone()),
+        .with_gauges(cx.metrics.inflight_requests.clone(), cx.metrics.inflight_tokens.clone())
+        .with_replica(if p.sync_cross_replica_state { cx.replica.clone() } else { ReplicaHandle::default() }),
     );
+    producer.replica.register(&spec.name, &producer);
     Ok(PluginInstance::new(spec.name.clone(), TYPE)
         .with_producer(producer.clone())
         .with_pre_request(producer.clone())
@@ -113,7 +123,20 @@ pub fn uncached_tokens(input: u64, matches: Option<&PrefixMatches>, endpoint: &s
 impl InFlightProducer {
     /// A producer with an empty ledger; `output` = (ratio, cap) when estimating output.
     pub fn new(name: PluginName, prefix_producer: Option<PluginName>, output: Option<(f64, Option<u64>)>) -> Self {
-        Self { name, prefix_producer, output, ledger: Ledger::default() }
+        Self {
+            name,
+            prefix_producer,
+            output,
+            ledger: Ledger::default(),
+            replica: ReplicaHandle::default(),
+            remote: RemoteLoads::default(),
+        }
+    }
+
+    /// Shares this replica's in-flight load through `replica` (and counts the others').
+    pub fn with_replica(mut self, replica: ReplicaHandle) -> Self {
+        self.replica = replica;
+        self
     }
 
     /// Mirrors the ledger into the `llm_d_epp_inflight_*` gauges (label `producer_name` = this
@@ -133,9 +156,21 @@ impl InFlightProducer {
         cap.map_or(estimate, |c| estimate.min(c))
     }
 
-    /// Current (requests, tokens) of an endpoint.
+    /// Current (requests, tokens) of an endpoint: this replica's plus the other replicas'.
     pub fn load(&self, endpoint: &str) -> (u64, u64) {
-        self.ledger.load(endpoint)
+        let (r, t) = self.ledger.load(endpoint);
+        let (remote_r, remote_t) = self.remote.load(endpoint);
+        (r.saturating_add(remote_r), t.saturating_add(remote_t))
+    }
+
+    fn publish_released(&self, released: Released) {
+        for (endpoint, requests, tokens) in released {
+            self.replica.publish(&self.name, || SharedUpdate::InFlightDelta {
+                endpoint,
+                requests: -i64::try_from(requests).unwrap_or(i64::MAX),
+                tokens: -i64::try_from(tokens).unwrap_or(i64::MAX),
+            });
+        }
     }
 }
 
@@ -155,7 +190,7 @@ impl DataProducer for InFlightProducer {
         let mut loads = InFlightLoads::default();
         for c in candidates {
             loads.uncached_tokens.insert(c.id().clone(), uncached_tokens(input, matches.as_deref(), c.id()) + output);
-            loads.per_endpoint.insert(c.id().clone(), self.ledger.load(c.id()));
+            loads.per_endpoint.insert(c.id().clone(), self.load(c.id()));
         }
         data.inflight.insert(self.name.clone(), Arc::new(loads));
     }
@@ -172,19 +207,45 @@ impl PreRequest for InFlightProducer {
                 let tokens = loads.and_then(|l| l.uncached_tokens.get(t.id()).copied()).unwrap_or(0);
                 (t.id().clone(), tokens, *profile != result.primary_profile)
             })
-            .collect();
+            .collect::<Vec<_>>();
+        if self.replica.is_enabled() {
+            for (endpoint, tokens, _) in &entries {
+                let (endpoint, tokens) = (endpoint.clone(), i64::try_from(*tokens).unwrap_or(i64::MAX));
+                self.replica.publish(&self.name, || SharedUpdate::InFlightDelta { endpoint, requests: 1, tokens });
+            }
+        }
         self.ledger.add(&cx.request.request_id, entries);
+    }
+}
+
+impl SharedState for InFlightProducer {
+    fn apply(&self, origin: Origin<'_>, update: &SharedUpdate) {
+        match update {
+            SharedUpdate::InFlightDelta { endpoint, requests, tokens } => {
+                self.remote.apply_delta(origin.replica, endpoint, *requests, *tokens);
+            }
+            SharedUpdate::InFlightTotals { loads } => self.remote.replace(origin.replica, loads),
+            _ => {}
+        }
+    }
+
+    fn heartbeat(&self) -> Vec<SharedUpdate> {
+        vec![SharedUpdate::InFlightTotals { loads: self.ledger.totals() }]
+    }
+
+    fn forget_replica(&self, replica: &str) {
+        self.remote.forget(replica);
     }
 }
 
 impl ResponseHook for InFlightProducer {
     fn on_first_response_chunk(&self, request: &InferenceRequest, _: &SchedulingResult) {
         // Without an output estimate the decode tokens were all prompt tokens: prefill is done.
-        self.ledger.release_first_chunk(&request.request_id, self.output.is_none());
+        self.publish_released(self.ledger.release_first_chunk(&request.request_id, self.output.is_none()));
     }
 
     fn on_response_complete(&self, request: &InferenceRequest, _: &SchedulingResult, _: Option<&Usage>) {
-        self.ledger.release(&request.request_id);
+        self.publish_released(self.ledger.release(&request.request_id));
     }
 }
 

@@ -11,6 +11,8 @@ use crate::endpoints::model::EndpointId;
 
 /// One addition: endpoint, tokens, and whether it may be released early (non-primary).
 pub type Entry = (EndpointId, u64, bool);
+/// What a release took off: endpoint, requests, tokens.
+pub type Released = Vec<(EndpointId, u64, u64)>;
 
 #[derive(Debug, Default)]
 struct Inner {
@@ -56,9 +58,10 @@ pub struct Ledger {
 }
 
 impl Inner {
-    fn subtract(&mut self, entries: impl IntoIterator<Item = Entry>, gauges: Option<&Gauges>) {
+    fn subtract(&mut self, entries: impl IntoIterator<Item = Entry>, gauges: Option<&Gauges>, out: &mut Released) {
         for (id, tokens, _) in entries {
             if let Some((r, t)) = self.per_endpoint.get_mut(&id) {
+                out.push((id.clone(), 1, tokens));
                 *r = r.saturating_sub(1);
                 *t = t.saturating_sub(tokens);
                 if *r == 0 && *t == 0 {
@@ -74,9 +77,10 @@ impl Inner {
 
 impl Inner {
     /// Subtracts tokens only (the requests stay in flight).
-    fn subtract_tokens(&mut self, entries: Vec<(EndpointId, u64)>, gauges: Option<&Gauges>) {
+    fn subtract_tokens(&mut self, entries: Vec<(EndpointId, u64)>, gauges: Option<&Gauges>, out: &mut Released) {
         for (id, tokens) in entries {
             if let Some((_, t)) = self.per_endpoint.get_mut(&id) {
+                out.push((id.clone(), 0, tokens));
                 *t = t.saturating_sub(tokens);
                 if let Some(g) = gauges {
                     g.publish(&id, self.per_endpoint.get(&id).copied());
@@ -121,9 +125,11 @@ impl Ledger {
     /// First response chunk of the oldest pending request with this id: releases its
     /// early-releasable entries (prefill, encode) completely and, when `decode_tokens`, the
     /// tokens (not the request) of the others. Later calls find nothing more to release.
-    pub fn release_first_chunk(&self, request_id: &str, decode_tokens: bool) {
+    /// Returns what was taken off.
+    pub fn release_first_chunk(&self, request_id: &str, decode_tokens: bool) -> Released {
         let mut inner = self.lock();
-        let Some(entries) = inner.pending.get_mut(request_id).and_then(|q| q.front_mut()) else { return };
+        let mut out = Released::new();
+        let Some(entries) = inner.pending.get_mut(request_id).and_then(|q| q.front_mut()) else { return out };
         let (early, mut keep): (Vec<Entry>, Vec<Entry>) = std::mem::take(entries).into_iter().partition(|e| e.2);
         let mut tokens_only = Vec::new();
         if decode_tokens {
@@ -134,18 +140,27 @@ impl Ledger {
             }
         }
         *entries = keep;
-        inner.subtract(early, self.gauges.as_ref());
-        inner.subtract_tokens(tokens_only, self.gauges.as_ref());
+        inner.subtract(early, self.gauges.as_ref(), &mut out);
+        inner.subtract_tokens(tokens_only, self.gauges.as_ref(), &mut out);
+        out
     }
 
-    /// Releases everything left of the oldest pending request with this id.
-    pub fn release(&self, request_id: &str) {
+    /// Releases everything left of the oldest pending request with this id; returns what
+    /// was taken off.
+    pub fn release(&self, request_id: &str) -> Released {
         let mut inner = self.lock();
-        let Some(queue) = inner.pending.get_mut(request_id) else { return };
+        let mut out = Released::new();
+        let Some(queue) = inner.pending.get_mut(request_id) else { return out };
         let entries = queue.pop_front().unwrap_or_default();
         if queue.is_empty() {
             inner.pending.remove(request_id);
         }
-        inner.subtract(entries, self.gauges.as_ref());
+        inner.subtract(entries, self.gauges.as_ref(), &mut out);
+        out
+    }
+
+    /// (endpoint, requests, tokens) of every endpoint with something in flight.
+    pub fn totals(&self) -> Vec<(EndpointId, u64, u64)> {
+        self.lock().per_endpoint.iter().map(|(id, (r, t))| (id.clone(), *r, *t)).collect()
     }
 }

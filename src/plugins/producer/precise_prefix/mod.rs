@@ -6,7 +6,9 @@
 //! algorithm) and one index lookup gives every endpoint's longest cached prefix, weighted by
 //! tier (gpu 1.0, cpu 0.8). Endpoints leaving the store are purged from the index.
 //! With `speculativeIndexing`, PreRequest adds the routed prompt's keys to the chosen
-//! endpoint (and the prefill pick) until `speculativeTTL` (`kvcache::speculative`).
+//! endpoint (and the prefill pick) until `speculativeTTL` (`kvcache::speculative`); with
+//! replica sync (docs/replicas.md) they are published, and other replicas' speculative
+//! entries are added here for the local TTL (skipped when already expired).
 //!
 //! Parameters: see `params` (llm-d's schema: `tokenProcessorConfig`, `indexerConfig`,
 //! `kvCacheBackendConfigs`, `kvEventsConfig`, `speculativeIndexing`, `speculativeTTL`).
@@ -29,6 +31,7 @@ use crate::framework::data::MatchInfo;
 use crate::framework::plugin::{
     BackgroundService, PluginInstance, PluginName, PreRequest, ServiceContext, ServiceFuture, ServiceStartError,
 };
+use crate::framework::replica::{Origin, ReplicaHandle, SharedState, SharedUpdate};
 use crate::framework::result::{HeaderEdits, SchedulingResult};
 use crate::kvcache::hashing::HashExtras;
 use crate::kvcache::index::KeyMode;
@@ -51,6 +54,7 @@ pub struct PrecisePrefixProducer {
     derived: Derived,
     subscriber: Mutex<Option<Arc<SubscriberHandle>>>,
     speculative: Option<Arc<SpeculativeLedger>>,
+    replica: ReplicaHandle,
 }
 
 /// Builds the producer from already decoded parameters (shared with the scorer shim) and
@@ -72,6 +76,7 @@ pub fn build_producer(
         speculative: derived.speculative.map(|ttl| Arc::new(SpeculativeLedger::new(ttl))),
         derived,
         subscriber: Mutex::new(None),
+        replica: cx.replica.clone(),
     }))
 }
 
@@ -84,7 +89,10 @@ pub fn producer_instance(
 ) -> PluginInstance {
     let instance = PluginInstance::new(spec.name.clone(), type_name).with_producer(producer.clone());
     let instance = match producer.speculative {
-        Some(_) => instance.with_pre_request(producer.clone()),
+        Some(_) => {
+            producer.replica.register(&spec.name, &producer);
+            instance.with_pre_request(producer.clone())
+        }
         None => instance,
     };
     instance.with_background(producer)
@@ -129,6 +137,19 @@ impl PreRequest for PrecisePrefixProducer {
         let now = Instant::now();
         for holder in result.cache_holders() {
             self.metrics.record_speculative(ledger.record(&self.index, &holder.endpoint.id, &m.keys, now));
+            let endpoint = holder.endpoint.id.clone();
+            self.replica.publish(&self.name, || SharedUpdate::Speculative { endpoint, keys: m.keys.clone() });
+        }
+    }
+}
+
+impl SharedState for PrecisePrefixProducer {
+    fn apply(&self, origin: Origin<'_>, update: &SharedUpdate) {
+        let (Some(ledger), SharedUpdate::Speculative { endpoint, keys }) = (&self.speculative, update) else { return };
+        // Already expired at its publisher: nothing to add. Otherwise it lives one TTL from
+        // now (late by the sync lag), which keeps the ledger in deadline order.
+        if origin.age < ledger.ttl() {
+            self.metrics.record_speculative(ledger.record(&self.index, endpoint, keys, Instant::now()));
         }
     }
 }

@@ -11,7 +11,9 @@
 //!   never match). After each decision a pre-request hook binds the id to the endpoint the
 //!   request went to (rebinding if it moved); bindings unused for `evictionTtlSeconds`
 //!   (300; 0 = never) stop counting and are swept every `evictionSweepSeconds` (10).
-//!   Nothing is written back to the client.
+//!   Nothing is written back to the client. With replica sync (docs/replicas.md) every
+//!   binding is published and other replicas' bindings are applied here, last used at
+//!   their publish time.
 //!
 //! Parameters: `strategy`, `profileName` (""), `encodedEndpointHeaderConfig.header`,
 //! `sessionIdConfig: {sources, evictionTtlSeconds, evictionSweepSeconds}` (the two eviction
@@ -29,7 +31,8 @@ use serde::Deserialize;
 use crate::endpoints::model::Candidate;
 use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
 use crate::framework::context::SchedulingContext;
-use crate::framework::plugin::{PluginInstance, PreRequest, ResponseHook, Scorer};
+use crate::framework::plugin::{PluginInstance, PluginName, PreRequest, ResponseHook, Scorer};
+use crate::framework::replica::{Origin, ReplicaHandle, SharedState, SharedUpdate};
 use crate::framework::result::{HeaderEdits, SchedulingResult};
 use crate::request::InferenceRequest;
 use crate::request::headers::SESSION_TOKEN;
@@ -122,10 +125,12 @@ enum Strategy {
 pub struct SessionAffinity {
     strategy: Strategy,
     profile: Option<String>,
+    name: PluginName,
+    replica: ReplicaHandle,
 }
 
 /// Factory.
-pub fn build(spec: &PluginSpec, _: &BuildContext) -> Result<PluginInstance, BuildError> {
+pub fn build(spec: &PluginSpec, cx: &BuildContext) -> Result<PluginInstance, BuildError> {
     let p: Params = decode_params(spec)?;
     let at = |k: &str| format!("{}.parameters.{k}", spec.path);
     let strategy = match p.strategy.as_str() {
@@ -144,9 +149,19 @@ pub fn build(spec: &PluginSpec, _: &BuildContext) -> Result<PluginInstance, Buil
         }
     };
     let token = matches!(strategy, Strategy::Token { .. });
-    let s = Arc::new(SessionAffinity { strategy, profile: Some(p.profile_name).filter(|n| !n.is_empty()) });
+    let s = Arc::new(SessionAffinity {
+        strategy,
+        profile: Some(p.profile_name).filter(|n| !n.is_empty()),
+        name: spec.name.clone(),
+        replica: cx.replica.clone(),
+    });
     let instance = PluginInstance::new(spec.name.clone(), TYPE).with_scorer(s.clone());
-    Ok(if token { instance.with_response(s) } else { instance.with_pre_request(s) })
+    Ok(if token {
+        instance.with_response(s)
+    } else {
+        cx.replica.register(&spec.name, &s);
+        instance.with_pre_request(s)
+    })
 }
 
 fn session_id_strategy(p: &Params, at: &dyn Fn(&str) -> String) -> Result<Strategy, BuildError> {
@@ -225,7 +240,21 @@ impl PreRequest for SessionAffinity {
         let Strategy::SessionId { headers, sessions } = &self.strategy else { return };
         if let (Some(id), Some(target)) = (session_id(headers, cx.request), self.remembered(result)) {
             sessions.bind(id, target.id().clone(), cx.now);
+            let endpoint = target.id().clone();
+            self.replica.publish(&self.name, || SharedUpdate::SessionBound { session: id.to_string(), endpoint });
         }
+    }
+}
+
+impl SharedState for SessionAffinity {
+    fn apply(&self, origin: Origin<'_>, update: &SharedUpdate) {
+        let (Strategy::SessionId { sessions, .. }, SharedUpdate::SessionBound { session, endpoint }) =
+            (&self.strategy, update)
+        else {
+            return;
+        };
+        let now = tokio::time::Instant::now();
+        sessions.bind(session, endpoint.clone(), now.checked_sub(origin.age).unwrap_or(now));
     }
 }
 
@@ -261,7 +290,12 @@ mod tests {
 
     #[test]
     fn token_round_trip() {
-        let s = SessionAffinity { strategy: Strategy::Token { header: SESSION_TOKEN.into() }, profile: None };
+        let s = SessionAffinity {
+            strategy: Strategy::Token { header: SESSION_TOKEN.into() },
+            profile: None,
+            name: "s".into(),
+            replica: ReplicaHandle::default(),
+        };
         let mut edits = HeaderEdits::default();
         s.edit_response_headers(&InferenceRequest::default(), &routed_to("pod-b"), &mut edits);
         assert_eq!(edits.set, vec![(SESSION_TOKEN.to_string(), encode_token("pod-b"))]);
