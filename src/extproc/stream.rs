@@ -269,8 +269,7 @@ impl StreamProcessor {
         let prepared = if large {
             let scheduler = self.scheduler.clone();
             let (headers, raw, span) = (self.headers.clone(), body.clone(), otel::parse_span());
-            let parse =
-                move || span.in_scope(|| prepare(scheduler.parsers(), scheduler.objectives(), &headers, &raw));
+            let parse = move || span.in_scope(|| prepare(scheduler.parsers(), scheduler.objectives(), &headers, &raw));
             match tokio::task::spawn_blocking(parse).await {
                 Ok(p) => p,
                 Err(source) => return self.fail(ExtProcError::Task { what: "parsing", source }),

@@ -57,8 +57,11 @@ impl fmt::Debug for RandomSource {
 /// feed KV events straight into the index the scheduler looks up.
 #[derive(Clone, Debug, Default)]
 pub struct IndexRegistry {
-    indexes: Arc<Mutex<Vec<(PluginName, Arc<PrefixIndex>)>>>,
+    indexes: Arc<Mutex<Vec<OwnedIndex>>>,
 }
+
+/// A registered index and the instance name of the plugin owning it.
+pub type OwnedIndex = (PluginName, Arc<PrefixIndex>);
 
 impl IndexRegistry {
     /// Offers `index`, owned by plugin `owner`.
@@ -67,7 +70,7 @@ impl IndexRegistry {
     }
 
     /// Every registered index with its owner, in registration order.
-    pub fn prefix_indexes(&self) -> Vec<(PluginName, Arc<PrefixIndex>)> {
+    pub fn prefix_indexes(&self) -> Vec<OwnedIndex> {
         lock(&self.indexes).clone()
     }
 
