@@ -379,11 +379,12 @@ impl App {
 
         let ready_store = store.clone();
         let ready_registry = registry.clone();
+        let kv_status = cx.metrics.kv.status.clone();
         let ready: crate::telemetry::admin::ReadinessCheck = Arc::new(move || {
             if ready_store.snapshot().is_empty() {
                 return Err("no endpoints known".into());
             }
-            let mut details = drift_details(&ready_registry);
+            let mut details = kv_status.drift_details();
             details.extend(crate::kvcache::metrics::readiness_details(&ready_registry));
             Ok(details)
         });
@@ -546,26 +547,6 @@ impl App {
         let _ = tokio::time::timeout(crate::shutdown::TASKS_BOUND, tasks).await;
         report
     }
-}
-
-/// Readiness detail lines for KV-event hash drift (`epp_kv_drift_mismatches_total`).
-fn drift_details(registry: &prometheus::Registry) -> Vec<String> {
-    let families = registry.gather();
-    let Some(family) = families.iter().find(|f| f.name() == "epp_kv_drift_mismatches_total") else { return Vec::new() };
-    family
-        .get_metric()
-        .iter()
-        .filter(|m| m.get_counter().get_value() > 0.0)
-        .map(|m| {
-            let label = |n: &str| m.get_label().iter().find(|l| l.name() == n).map(|l| l.value().to_string()).unwrap_or_default();
-            format!(
-                "kv-events drift: endpoint {} published {} block hashes that do not match the configured vLLM hashing (likely cause: {})",
-                label("endpoint"),
-                m.get_counter().get_value(),
-                label("cause")
-            )
-        })
-        .collect()
 }
 
 /// Endpoints from a `file-discovery` plugin: loaded into the store now; returns the file to

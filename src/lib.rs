@@ -49,7 +49,8 @@
 //! - KV events and the index: `kvcache::events`, `kvcache::index`, `kvcache::keys`,
 //!   `kvcache::sequence`, `kvcache::{encode_batch, decode_batch}`.
 //! - A real server on loopback: `app::{App, Settings}`, the ext_proc client in `proto`.
-//! - Determinism: `plugins::picker::seed_thread_rng` (picker tie-breaks of the simulator).
+//! - Determinism: `framework::handles::RandomSource` in `BuildContext::random` (picker tie-breaks
+//!   of the simulator); index access: `BuildContext::indexes`.
 //! - Logging: `telemetry::tracing::{init_with, level_for_flags}`.
 //!
 //! Data flow:

@@ -1,5 +1,5 @@
 //! What a plugin factory works with: the configured `PluginSpec`, the `BuildContext` of
-//! handles (endpoint store, shared metric families, earlier plugins), `BuildError` and strict
+//! handles (endpoint store, shared metric families, earlier plugins, RNG, index registry), `BuildError` and strict
 //! parameter decoding. The catalogue of factories is `plugins::registry`.
 
 use std::sync::Arc;
@@ -7,6 +7,7 @@ use std::sync::Arc;
 use prometheus::{HistogramVec, IntCounterVec, IntGaugeVec};
 use serde::de::DeserializeOwned;
 
+use super::handles::{IndexRegistry, RandomSource};
 use super::plugin::PluginInstance;
 use super::plugin::PluginName;
 use crate::endpoints::store::EndpointStore;
@@ -54,6 +55,10 @@ pub struct BuildContext {
     pub earlier: Vec<PluginInstance>,
     /// Names of every plugin declared in the document, for suggestions.
     pub declared: Vec<String>,
+    /// What pickers draw from (thread RNG unless a driver seeds it for reproducible runs).
+    pub random: RandomSource,
+    /// Where plugins owning a KV-event prefix index offer it (read by in-process drivers).
+    pub indexes: IndexRegistry,
     /// Link to the other replicas (docs/replicas.md); disabled by default.
     pub replica: super::replica::ReplicaHandle,
 }

@@ -72,11 +72,6 @@ pub trait DataProducer: Send + Sync + fmt::Debug {
     }
     /// Writes its data for this request.
     fn produce(&self, request: &InferenceRequest, candidates: &[Candidate], data: &mut RequestData);
-    /// The KV-event prefix index this producer reads, when it owns one (the precise
-    /// producer); lets in-process drivers such as the fleet simulator feed it events.
-    fn kv_index(&self) -> Option<Arc<crate::kvcache::PrefixIndex>> {
-        None
-    }
 }
 
 /// Encoder-cache sizes for the latency predictor: what an encoder-cache tracker
@@ -170,11 +165,36 @@ pub struct ServiceContext {
 /// Boxed future of a background service call.
 pub type ServiceFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
 
+/// Why a plugin's background service did not start: the plugin, the step that failed and
+/// the underlying error (kept as the source).
+#[derive(Debug, thiserror::Error)]
+#[error("{plugin}: {step}{source}")]
+pub struct ServiceStartError {
+    /// Instance name of the plugin.
+    pub plugin: PluginName,
+    /// The step that failed, as a message prefix (`""` or e.g. `"drift detection: "`).
+    pub step: &'static str,
+    /// The underlying error.
+    #[source]
+    pub source: Box<dyn std::error::Error + Send + Sync>,
+}
+
+impl ServiceStartError {
+    /// `source` stopped `plugin` at `step` (a prefix such as `"drift detection: "`, or `""`).
+    pub fn new(
+        plugin: &PluginName,
+        step: &'static str,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        Self { plugin: plugin.clone(), step, source: source.into() }
+    }
+}
+
 /// A plugin's long-running work (sockets, tasks), started once by the app after the config
 /// loaded. Scheduling calls never wait for it.
 pub trait BackgroundService: Send + Sync + fmt::Debug {
     /// Starts the service; an error aborts startup with a clear message.
-    fn start(&self, cx: ServiceContext) -> ServiceFuture<'_, Result<(), String>>;
+    fn start(&self, cx: ServiceContext) -> ServiceFuture<'_, Result<(), ServiceStartError>>;
     /// Barrier: resolves once everything received so far has been applied (tests, benches).
     fn flush(&self) -> ServiceFuture<'_, ()>;
 }

@@ -150,7 +150,7 @@ impl DriftDetector {
         }
         if let DriftVerdict::Mismatch(cause) = verdict {
             if let Some(m) = metrics {
-                m.drift_mismatches.with_label_values(&[endpoint, cause.as_str()]).inc();
+                m.record_drift_mismatch(endpoint, cause.as_str());
             }
             let due = st.last_log.is_none_or(|t| t.elapsed() >= LOG_EVERY);
             if st.last_cause != Some(cause) || due {

@@ -79,6 +79,8 @@ pub struct KvCacheMetrics {
     pub apply_latency: Histogram,
     /// `epp_kv_speculative_blocks_total{op}` (op = added | expired): `speculativeIndexing`.
     pub speculative_blocks: IntCounterVec,
+    /// Drift state `/readyz` reports (shared by clones; not a Prometheus series).
+    pub status: super::status::KvStatus,
 }
 
 fn reg<C: prometheus::core::Collector + Clone + 'static>(r: &Registry, c: C) -> Result<C, prometheus::Error> {
@@ -182,6 +184,7 @@ impl KvCacheMetrics {
                 "Speculative blocks added for routed requests and expired",
                 &["op"],
             )?,
+            status: super::status::KvStatus::default(),
         })
     }
 
@@ -227,8 +230,15 @@ impl KvCacheMetrics {
         found
     }
 
-    /// Removes the per-endpoint series of `endpoint`.
+    /// Counts a drifted block hash from `endpoint` in the counter and in `status`.
+    pub fn record_drift_mismatch(&self, endpoint: &str, cause: &'static str) {
+        self.drift_mismatches.with_label_values(&[endpoint, cause]).inc();
+        self.status.record_drift(endpoint, cause);
+    }
+
+    /// Removes the per-endpoint series of `endpoint` (and its drift status).
     pub fn forget_endpoint(&self, endpoint: &str) {
+        self.status.forget_endpoint(endpoint);
         let _ = self.drift_checks.remove_label_values(&[endpoint]);
         let _ = self.endpoint_block_size.remove_label_values(&[endpoint]);
         for cause in ["block_size", "hash_seed", "algorithm", "unknown"] {

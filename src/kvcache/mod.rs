@@ -35,6 +35,7 @@ pub mod keys;
 pub mod metrics;
 pub mod sequence;
 pub mod speculative;
+pub mod status;
 pub mod subscriber;
 
 pub use decode::{DecodeError, decode_batch};

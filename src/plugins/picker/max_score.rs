@@ -9,6 +9,7 @@ use super::PickerParams;
 use crate::endpoints::model::Candidate;
 use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
 use crate::framework::context::SchedulingContext;
+use crate::framework::handles::RandomSource;
 use crate::framework::plugin::{Picker, PluginInstance, ScoredCandidate};
 
 /// Type name.
@@ -18,24 +19,26 @@ pub const TYPE: &str = "max-score-picker";
 #[derive(Debug)]
 pub struct MaxScorePicker {
     count: usize,
+    random: RandomSource,
 }
 
 impl MaxScorePicker {
-    /// A picker returning up to `count` endpoints.
-    pub fn new(count: usize) -> Self {
-        Self { count: count.max(1) }
+    /// A picker returning up to `count` endpoints, breaking ties with `random`.
+    pub fn new(count: usize, random: RandomSource) -> Self {
+        Self { count: count.max(1), random }
     }
 }
 
 /// Factory.
-pub fn build(spec: &PluginSpec, _: &BuildContext) -> Result<PluginInstance, BuildError> {
+pub fn build(spec: &PluginSpec, cx: &BuildContext) -> Result<PluginInstance, BuildError> {
     let params: PickerParams = decode_params(spec)?;
-    Ok(PluginInstance::new(spec.name.clone(), TYPE).with_picker(Arc::new(MaxScorePicker::new(params.count()))))
+    Ok(PluginInstance::new(spec.name.clone(), TYPE)
+        .with_picker(Arc::new(MaxScorePicker::new(params.count(), cx.random.clone()))))
 }
 
 impl Picker for MaxScorePicker {
     fn pick(&self, _: &SchedulingContext<'_>, mut scored: Vec<ScoredCandidate>) -> Vec<Candidate> {
-        super::with_rng(|rng| scored.shuffle(rng));
+        self.random.with(|rng| scored.shuffle(rng));
         scored.sort_by(|a, b| b.score.total_cmp(&a.score));
         scored.into_iter().take(self.count).map(|s| s.candidate).collect()
     }
@@ -51,7 +54,7 @@ mod tests {
         let request = Default::default();
         let data = Default::default();
         let cx = context_for(&request, &data);
-        let picker = MaxScorePicker::new(1);
+        let picker = MaxScorePicker::new(1, RandomSource::thread());
         let scored = |a: f64, b: f64, c: f64| {
             vec![
                 ScoredCandidate { candidate: endpoint("a").build(), score: a },
@@ -78,12 +81,16 @@ mod tests {
             ScoredCandidate { candidate: endpoint("b").build(), score: 0.9 },
             ScoredCandidate { candidate: endpoint("c").build(), score: 0.5 },
         ];
-        let ids: Vec<_> = MaxScorePicker::new(2).pick(&cx, scored).iter().map(|c| c.id().to_string()).collect();
+        let ids: Vec<_> = MaxScorePicker::new(2, RandomSource::thread())
+            .pick(&cx, scored)
+            .iter()
+            .map(|c| c.id().to_string())
+            .collect();
         assert_eq!(ids, ["b", "c"]);
     }
 
     #[test]
     fn contract() {
-        super::super::contract::check(&MaxScorePicker::new(2), 2);
+        super::super::contract::check(&MaxScorePicker::new(2, RandomSource::thread()), 2);
     }
 }

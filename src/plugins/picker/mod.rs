@@ -1,37 +1,14 @@
 //! Pickers: choose the target endpoints from scored candidates. All take
 //! `maxNumOfEndpoints` (default 1; values <= 0 mean 1); several targets become a
-//! comma-separated fallback list in the destination.
+//! comma-separated fallback list in the destination. Random draws come from the build's
+//! `framework::handles::RandomSource` (the thread RNG unless a driver such as the simulator
+//! seeds it).
 
 pub mod max_score;
 pub mod random;
 pub mod weighted_random;
 
-use std::cell::RefCell;
-
-use rand::rngs::StdRng;
-use rand::{RngCore, SeedableRng};
 use serde::Deserialize;
-
-thread_local! {
-    /// Seeded generator of this thread, when `seed_thread_rng` set one. Thread-local on
-    /// purpose: the fleet simulator drives the real pickers on its own thread and needs
-    /// reproducible tie-breaks, while servers and other tests keep the thread RNG.
-    static SEEDED: RefCell<Option<StdRng>> = const { RefCell::new(None) };
-}
-
-/// Makes the pickers on the calling thread draw from a generator seeded with `seed`
-/// (`None` restores the thread RNG). Used by the simulator for deterministic runs.
-pub fn seed_thread_rng(seed: Option<u64>) {
-    SEEDED.with(|s| *s.borrow_mut() = seed.map(StdRng::seed_from_u64));
-}
-
-/// Runs `f` with the picker RNG of this thread (seeded or the thread RNG).
-pub(crate) fn with_rng<T>(f: impl FnOnce(&mut dyn RngCore) -> T) -> T {
-    SEEDED.with(|s| match s.borrow_mut().as_mut() {
-        Some(rng) => f(rng),
-        None => f(&mut rand::rng()),
-    })
-}
 
 /// Parameters shared by every picker.
 #[derive(Clone, Debug, Default, Deserialize)]

@@ -9,6 +9,7 @@ use super::PickerParams;
 use crate::endpoints::model::Candidate;
 use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
 use crate::framework::context::SchedulingContext;
+use crate::framework::handles::RandomSource;
 use crate::framework::plugin::{Picker, PluginInstance, ScoredCandidate};
 
 /// Type name.
@@ -18,17 +19,19 @@ pub const TYPE: &str = "random-picker";
 #[derive(Debug)]
 pub struct RandomPicker {
     count: usize,
+    random: RandomSource,
 }
 
 /// Factory.
-pub fn build(spec: &PluginSpec, _: &BuildContext) -> Result<PluginInstance, BuildError> {
+pub fn build(spec: &PluginSpec, cx: &BuildContext) -> Result<PluginInstance, BuildError> {
     let params: PickerParams = decode_params(spec)?;
-    Ok(PluginInstance::new(spec.name.clone(), TYPE).with_picker(Arc::new(RandomPicker { count: params.count() })))
+    Ok(PluginInstance::new(spec.name.clone(), TYPE)
+        .with_picker(Arc::new(RandomPicker { count: params.count(), random: cx.random.clone() })))
 }
 
 impl Picker for RandomPicker {
     fn pick(&self, _: &SchedulingContext<'_>, mut scored: Vec<ScoredCandidate>) -> Vec<Candidate> {
-        super::with_rng(|rng| scored.shuffle(rng));
+        self.random.with(|rng| scored.shuffle(rng));
         scored.into_iter().take(self.count).map(|s| s.candidate).collect()
     }
 }
@@ -39,6 +42,6 @@ mod tests {
 
     #[test]
     fn contract() {
-        super::super::contract::check(&RandomPicker { count: 3 }, 3);
+        super::super::contract::check(&RandomPicker { count: 3, random: RandomSource::thread() }, 3);
     }
 }

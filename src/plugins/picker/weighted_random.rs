@@ -11,6 +11,7 @@ use super::PickerParams;
 use crate::endpoints::model::Candidate;
 use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
 use crate::framework::context::SchedulingContext;
+use crate::framework::handles::RandomSource;
 use crate::framework::plugin::{Picker, PluginInstance, ScoredCandidate};
 
 /// Type name.
@@ -20,18 +21,19 @@ pub const TYPE: &str = "weighted-random-picker";
 #[derive(Debug)]
 pub struct WeightedRandomPicker {
     count: usize,
+    random: RandomSource,
 }
 
 /// Factory.
-pub fn build(spec: &PluginSpec, _: &BuildContext) -> Result<PluginInstance, BuildError> {
+pub fn build(spec: &PluginSpec, cx: &BuildContext) -> Result<PluginInstance, BuildError> {
     let params: PickerParams = decode_params(spec)?;
     Ok(PluginInstance::new(spec.name.clone(), TYPE)
-        .with_picker(Arc::new(WeightedRandomPicker { count: params.count() })))
+        .with_picker(Arc::new(WeightedRandomPicker { count: params.count(), random: cx.random.clone() })))
 }
 
 impl Picker for WeightedRandomPicker {
     fn pick(&self, _: &SchedulingContext<'_>, scored: Vec<ScoredCandidate>) -> Vec<Candidate> {
-        super::with_rng(|rng| self.pick_with(rng, scored))
+        self.random.with(|rng| self.pick_with(rng, scored))
     }
 }
 
@@ -68,7 +70,7 @@ mod tests {
         let request = Default::default();
         let data = Default::default();
         let cx = context_for(&request, &data);
-        let picker = WeightedRandomPicker { count: 1 };
+        let picker = WeightedRandomPicker { count: 1, random: RandomSource::thread() };
         let (mut high, mut low) = (0, 0);
         for _ in 0..2000 {
             let scored = vec![
@@ -87,6 +89,6 @@ mod tests {
 
     #[test]
     fn contract() {
-        super::super::contract::check(&WeightedRandomPicker { count: 2 }, 2);
+        super::super::contract::check(&WeightedRandomPicker { count: 2, random: RandomSource::thread() }, 2);
     }
 }

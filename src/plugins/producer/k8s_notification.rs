@@ -19,7 +19,7 @@ use tracing::warn;
 
 use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
 use crate::framework::plugin::{
-    BackgroundService, NotificationSource, PluginInstance, PluginName, ServiceContext, ServiceFuture,
+    BackgroundService, NotificationSource, PluginInstance, PluginName, ServiceContext, ServiceFuture, ServiceStartError,
 };
 use crate::k8s::notify::{self, Gvk, Notification};
 
@@ -79,7 +79,7 @@ impl NotificationSource for K8sNotificationSource {
 }
 
 impl BackgroundService for K8sNotificationSource {
-    fn start(&self, cx: ServiceContext) -> ServiceFuture<'_, Result<(), String>> {
+    fn start(&self, cx: ServiceContext) -> ServiceFuture<'_, Result<(), ServiceStartError>> {
         Box::pin(async move {
             match cx.kube {
                 Some(kube) => {

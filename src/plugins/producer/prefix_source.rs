@@ -20,10 +20,6 @@ pub trait PrefixSource: Send + Sync + std::fmt::Debug {
     fn prompt_keys(&self, request: &InferenceRequest, tokens: &[u32], candidates: &[Candidate]) -> (usize, Vec<u64>);
     /// Per endpoint, how much of `keys` it holds (endpoints holding nothing may be absent).
     fn lookup(&self, keys: &[u64], candidates: &[Candidate]) -> HashMap<EndpointId, MatchInfo>;
-    /// The KV-event index behind the lookups, when there is one (precise producer).
-    fn kv_index(&self) -> Option<Arc<crate::kvcache::PrefixIndex>> {
-        None
-    }
 }
 
 impl<T: PrefixSource> DataProducer for T {
@@ -42,9 +38,5 @@ impl<T: PrefixSource> DataProducer for T {
         let matches =
             PrefixMatches { block_size_tokens: block_size, total_blocks: keys.len(), keys: keys.into(), per_endpoint };
         data.prefix.insert(self.source_name().clone(), Arc::new(matches));
-    }
-
-    fn kv_index(&self) -> Option<Arc<crate::kvcache::PrefixIndex>> {
-        PrefixSource::kv_index(self)
     }
 }

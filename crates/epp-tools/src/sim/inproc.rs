@@ -12,6 +12,7 @@ use super::workload::SimRequest;
 use epp::endpoints::model::MetricsState;
 use epp::endpoints::store::EndpointStore;
 use epp::endpoints::vllm_metrics::PodMetrics;
+use epp::framework::handles::RandomSource;
 use epp::kvcache::events::EventBatch;
 
 /// Routing, KV events and load for one in-process run.
@@ -25,12 +26,13 @@ pub struct InProcess {
 
 impl InProcess {
     /// A fresh store of `fleet.pods` endpoints (`pod-{i}`) and `policy` over it; `seed`
-    /// fixes the KV-event path's jitter and loss.
+    /// fixes the KV-event path's jitter and loss and, through one seeded `RandomSource`
+    /// shared by every picker of the build, the pickers' tie-breaks.
     pub fn new(policy: Policy, fleet: &FleetConfig, seed: u64) -> Result<Self, RouteError> {
         let store = EndpointStore::new();
         // `pod-{i}`, the names `router::pod_name` gives.
         store.replace(crate::bench::synthetic::endpoints(fleet.pods));
-        let router = Router::new(policy, store.clone(), fleet.pod.block_size)?;
+        let router = Router::new(policy, store.clone(), fleet.pod.block_size, RandomSource::seeded(seed))?;
         Ok(Self { store, router, channel: Channel::new(fleet.events, fleet.pods, seed), fleet: fleet.clone() })
     }
 }

@@ -69,8 +69,8 @@ pub fn kv_blocks_for(workload: &WorkloadSpec, pods: usize, block_size: usize, fr
 }
 
 /// Runs every policy in `policies` on the same stream; `progress` sees each run's progress.
-/// Picker tie-breaks draw from an RNG seeded from the workload seed, so equal inputs give
-/// equal reports (apart from the measured wall times).
+/// Picker tie-breaks draw from an RNG seeded from the workload seed (handed to the build as
+/// a `RandomSource`), so equal inputs give equal reports (apart from the measured wall times).
 pub fn run_policies(
     scenario: &Scenario,
     policies: &[Policy],
@@ -80,12 +80,10 @@ pub fn run_policies(
     let mut reports = Vec::with_capacity(policies.len());
     for policy in policies {
         let seed = scenario.workload.seed.wrapping_add(*policy as u64);
-        epp::plugins::picker::seed_thread_rng(Some(seed));
         let wall = std::time::Instant::now();
         let run = inproc::InProcess::new(*policy, &scenario.fleet, seed)
             .and_then(|mut f| engine::run(*policy, &mut f, &scenario.fleet, &requests, &mut |p| progress(*policy, p)));
         let wall = wall.elapsed().as_secs_f64();
-        epp::plugins::picker::seed_thread_rng(None);
         reports.push(report::summarize(&run?, scenario.fleet.pods, wall));
     }
     report::add_regret(&mut reports);

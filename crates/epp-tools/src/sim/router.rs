@@ -16,6 +16,7 @@ use epp::config::{ConfigErrors, LoadedConfig};
 use epp::endpoints::store::EndpointStore;
 use epp::framework::ScheduleError;
 use epp::framework::build::BuildContext;
+use epp::framework::handles::RandomSource;
 use epp::kvcache::PrefixIndex;
 use epp::request::InferenceRequest;
 use epp::request::openai::{ApiKind, ParsedBody, Prompt};
@@ -132,15 +133,21 @@ pub struct Router {
 
 impl Router {
     /// Builds the policy (loading its config when it runs the real scheduler).
-    pub fn new(policy: Policy, store: EndpointStore, block_size: usize) -> Result<Self, RouteError> {
+    /// Pickers draw from `random`.
+    pub fn new(
+        policy: Policy,
+        store: EndpointStore,
+        block_size: usize,
+        random: RandomSource,
+    ) -> Result<Self, RouteError> {
         let mut loaded = None;
         let mut index = None;
         if policy.uses_scheduler() {
-            let cx = BuildContext { endpoints: store.clone(), ..Default::default() };
+            let cx = BuildContext { endpoints: store.clone(), random, ..Default::default() };
             let text = policy.config_text(block_size, false);
             let l = load_config(text.as_deref(), &cx, SchedulerMetrics::detached())
                 .map_err(|source| RouteError::Config { policy: policy.name(), source })?;
-            index = l.plugins.iter().filter_map(|p| p.producer.as_ref()).find_map(|p| p.kv_index());
+            index = cx.indexes.first_prefix_index();
             loaded = Some(l);
         }
         Ok(Self { policy, store, loaded, index, next: 0 })
@@ -259,14 +266,14 @@ mod tests {
         }
         let store = EndpointStore::new();
         store.replace(crate::bench::synthetic::endpoints(3));
-        let mut oracle = Router::new(Policy::Oracle, store.clone(), 4).expect("builds");
+        let mut oracle = Router::new(Policy::Oracle, store.clone(), 4, RandomSource::thread()).expect("builds");
         assert_eq!(oracle.route(&req(1, (0..16).collect()), &fleet).expect("routes").0, 2);
         assert_eq!(
             oracle.route(&req(2, (50..66).collect()), &fleet).expect("routes").0,
             0,
             "no cache anywhere: least loaded, lowest index"
         );
-        let mut rr = Router::new(Policy::RoundRobin, store, 4).expect("builds");
+        let mut rr = Router::new(Policy::RoundRobin, store, 4, RandomSource::thread()).expect("builds");
         let picks: Vec<usize> = (0..4).map(|i| rr.route(&req(i, vec![1]), &fleet).expect("routes").0).collect();
         assert_eq!(picks, vec![0, 1, 2, 0]);
     }
@@ -276,7 +283,7 @@ mod tests {
         for policy in Policy::ALL {
             let store = EndpointStore::new();
             store.replace(crate::bench::synthetic::endpoints(2));
-            let router = Router::new(policy, store, 16).expect("config loads");
+            let router = Router::new(policy, store, 16, RandomSource::thread()).expect("config loads");
             assert_eq!(router.kv_index().is_some(), policy == Policy::Precise);
         }
     }
@@ -288,7 +295,7 @@ mod tests {
         fleet[1].enqueue(req(0, prompt.clone()));
         let store = EndpointStore::new();
         store.replace(crate::bench::synthetic::endpoints(3));
-        let mut precise = Router::new(Policy::Precise, store, 4).expect("builds");
+        let mut precise = Router::new(Policy::Precise, store, 4, RandomSource::thread()).expect("builds");
         let index = precise.kv_index().cloned().expect("precise has an index");
         while fleet[1].has_work() {
             let out = fleet[1].step();

@@ -29,7 +29,7 @@ use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_param
 use crate::framework::context::SchedulingContext;
 use crate::framework::data::MatchInfo;
 use crate::framework::plugin::{
-    BackgroundService, PluginInstance, PluginName, PreRequest, ServiceContext, ServiceFuture,
+    BackgroundService, PluginInstance, PluginName, PreRequest, ServiceContext, ServiceFuture, ServiceStartError,
 };
 use crate::framework::replica::{Origin, ReplicaHandle, SharedState, SharedUpdate};
 use crate::framework::result::{HeaderEdits, SchedulingResult};
@@ -57,7 +57,8 @@ pub struct PrecisePrefixProducer {
     replica: ReplicaHandle,
 }
 
-/// Builds the producer from already decoded parameters (shared with the scorer shim).
+/// Builds the producer from already decoded parameters (shared with the scorer shim) and
+/// offers its index in `cx.indexes`.
 pub fn build_producer(
     spec: &PluginSpec,
     params: &Params,
@@ -66,9 +67,11 @@ pub fn build_producer(
     let derived = params
         .derive()
         .map_err(|(path, message)| BuildError::new(format!("{}.parameters.{path}", spec.path), message))?;
+    let index = Arc::new(PrefixIndex::new(derived.index.clone()));
+    cx.indexes.register(spec.name.clone(), index.clone());
     Ok(Arc::new(PrecisePrefixProducer {
         name: spec.name.clone(),
-        index: Arc::new(PrefixIndex::new(derived.index.clone())),
+        index,
         metrics: cx.metrics.kv.clone(),
         speculative: derived.speculative.map(|ttl| Arc::new(SpeculativeLedger::new(ttl))),
         derived,
@@ -188,10 +191,6 @@ impl PrefixSource for PrecisePrefixProducer {
             .map(|m| (m.endpoint, MatchInfo { match_blocks: m.blocks, weighted_blocks: m.weighted }))
             .collect()
     }
-
-    fn kv_index(&self) -> Option<Arc<PrefixIndex>> {
-        Some(self.index.clone())
-    }
 }
 
 /// The endpoint list as KV-event sources.
@@ -240,12 +239,13 @@ async fn follow_endpoints(
 }
 
 impl BackgroundService for PrecisePrefixProducer {
-    fn start(&self, cx: ServiceContext) -> ServiceFuture<'_, Result<(), String>> {
+    fn start(&self, cx: ServiceContext) -> ServiceFuture<'_, Result<(), ServiceStartError>> {
         Box::pin(async move {
             let (tx, rx) = watch::channel(sources(&cx.endpoints));
             let drift = match &self.derived.drift {
                 Some(d) => Some(Arc::new(
-                    DriftDetector::try_new(d.clone()).map_err(|e| format!("{}: drift detection: {e}", self.name))?,
+                    DriftDetector::try_new(d.clone())
+                        .map_err(|e| ServiceStartError::new(&self.name, "drift detection: ", e))?,
                 )),
                 None => None,
             };
@@ -253,7 +253,7 @@ impl BackgroundService for PrecisePrefixProducer {
             let handle =
                 Subscriber::spawn(config, self.index.clone(), self.metrics.clone(), drift, rx, cx.cancel.clone())
                     .await
-                    .map_err(|e| format!("{}: {e}", self.name))?;
+                    .map_err(|e| ServiceStartError::new(&self.name, "", e))?;
             tokio::spawn(follow_endpoints(
                 cx.endpoints.clone(),
                 tx,
