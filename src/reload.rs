@@ -87,7 +87,10 @@ impl ServiceSet {
 
     /// Starts those of `wanted` not running yet. On an error the ones this call started are
     /// stopped again and the error is returned.
-    pub async fn start_new(&self, wanted: &[Arc<dyn BackgroundService>]) -> Result<(), String> {
+    pub async fn start_new(
+        &self,
+        wanted: &[Arc<dyn BackgroundService>],
+    ) -> Result<(), crate::framework::plugin::ServiceStartError> {
         let running = self.current();
         let mut started = Vec::new();
         for service in wanted.iter().filter(|w| !running.iter().any(|r| Arc::ptr_eq(r, w))) {
