@@ -55,6 +55,15 @@ async fn wait_for_peer_updates(epp: &TestEpp) {
     wait_applied(epp, |a| a.heartbeats >= before + 2).await;
 }
 
+/// Two replicas on a 200 ms heartbeat that have already shared one prefix entry.
+async fn sharing_pair(eps: &str, url: &str) -> [TestEpp; 2] {
+    let beat = Duration::from_millis(200);
+    let replicas = [replica_beating(eps, url, None, beat).await, replica_beating(eps, url, None, beat).await];
+    route(&replicas[0], &turn(0, false), &[]).await;
+    wait_applied(&replicas[1], |a| a.prefix >= 1).await;
+    replicas
+}
+
 fn turn(conversation: usize, follow_up: bool) -> Vec<u8> {
     let system = format!("Conversation {conversation}. {}", "You are a careful assistant. ".repeat(100));
     let mut messages = vec![
@@ -126,11 +135,7 @@ async fn follow_up_turns_go_to_the_first_turns_pod_whichever_replica_gets_them()
 async fn redis_killed_and_restarted_mid_run() {
     let mut redis = RedisServer::start();
     let (_pods, eps) = pods().await;
-    let beat = Duration::from_millis(200);
-    let replicas =
-        [replica_beating(&eps, &redis.url(), None, beat).await, replica_beating(&eps, &redis.url(), None, beat).await];
-    route(&replicas[0], &turn(0, false), &[]).await;
-    wait_applied(&replicas[1], |a| a.prefix >= 1).await;
+    let replicas = sharing_pair(&eps, &redis.url()).await;
 
     redis.kill();
     for c in 1..21 {
@@ -155,11 +160,7 @@ async fn redis_killed_and_restarted_mid_run() {
 async fn a_frozen_redis_never_delays_a_decision() {
     let redis = RedisServer::start();
     let (_pods, eps) = pods().await;
-    let beat = Duration::from_millis(200);
-    let replicas =
-        [replica_beating(&eps, &redis.url(), None, beat).await, replica_beating(&eps, &redis.url(), None, beat).await];
-    route(&replicas[0], &turn(0, false), &[]).await;
-    wait_applied(&replicas[1], |a| a.prefix >= 1).await;
+    let replicas = sharing_pair(&eps, &redis.url()).await;
 
     redis.freeze();
     let mut slowest = Duration::ZERO;
