@@ -228,7 +228,7 @@ impl App {
         if let Some(path) = &settings.endpoints_file {
             let (endpoints, bytes) = load_endpoints_file_bytes(path)?;
             info!(path = %path.display(), count = endpoints.len(), "Endpoints loaded");
-            store.replace(endpoints);
+            store.replace(endpoints).log();
             loaded_bytes = bytes;
         }
         let replica_sync = match &settings.replica_sync {
@@ -243,6 +243,10 @@ impl App {
         };
         let scheduler_metrics = SchedulerMetrics::register(&registry)?;
         let mut loaded = load_config(settings.config_text.as_deref(), &cx, scheduler_metrics.clone())?;
+        match &settings.config_text {
+            Some(text) => info!(config = %text, "Loaded raw configuration"),
+            None => info!("A configuration wasn't specified. A default one is being used."),
+        }
         for note in &loaded.injected {
             info!(default = %note, "Config default injected");
         }
@@ -450,7 +454,9 @@ impl App {
         if let Some(sync) = &replica_sync {
             sync.spawn(&mut tasks, &cancel);
         }
-        info!(%grpc_addr, %health_addr, %metrics_addr, tls = settings.secure_serving, "epp serving");
+        info!(name = "ext-proc", port = grpc_addr.port(), tls = settings.secure_serving, "gRPC server listening");
+        info!(name = "health", port = health_addr.port(), "gRPC server listening");
+        info!(bindAddress = %metrics_addr, secure = settings.metrics_tls.is_some(), "Serving metrics server");
         let service_set =
             Arc::new(ServiceSet::new(ServiceContext { endpoints: store.clone(), cancel: cancel.clone(), kube }));
         if let Err(error) = service_set.start_new(&services).await {
@@ -575,7 +581,7 @@ fn file_discovery(
     }
     let (endpoints, bytes) = load_endpoints_file_bytes(&fd.path).context("file-discovery")?;
     info!(path = %fd.path.display(), count = endpoints.len(), watch = fd.watch_file, "Endpoints loaded (file-discovery)");
-    store.replace(endpoints);
+    store.replace(endpoints).log();
     Ok(fd.watch_file.then(|| (fd.path.clone(), bytes)))
 }
 
@@ -626,7 +632,7 @@ fn start_leader_election(
     tasks: &mut JoinSet<()>,
 ) {
     health.enable_leader_election();
-    info!(lease = %settings.lease, holder = %settings.holder, namespace = %kube.namespace, "Leader election on");
+    info!(lease = %settings.lease, holder = %settings.holder, namespace = %kube.namespace, "Leader election enabled");
     let election = crate::k8s::lease::LeaderElection {
         api: kube::Api::namespaced(kube.client.clone(), &kube.namespace),
         name: settings.lease.clone(),
@@ -676,7 +682,7 @@ fn start_pool_discovery(
     let health = health.clone();
     tasks.spawn(async move {
         if synced_rx.wait_for(|s| *s).await.is_ok() {
-            info!("Endpoint source synced; readiness SERVING");
+            info!(serviceName = crate::health::EXT_PROC_SERVICE, "Setting ExternalProcessor service status to SERVING");
             health.mark_synced();
         }
     });

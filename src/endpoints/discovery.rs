@@ -204,6 +204,7 @@ pub async fn watch_endpoints_file(
         match parsed {
             Ok(endpoints) => {
                 let diff = store.replace(endpoints);
+                diff.log();
                 info!(path = %path.display(), added = diff.added.len(), updated = diff.updated.len(),
                     removed = diff.removed.len(), "Endpoints file reloaded");
             }

@@ -197,6 +197,17 @@ impl StoreDiff {
     pub fn is_empty(&self) -> bool {
         self.added.is_empty() && self.updated.is_empty() && self.removed.is_empty()
     }
+
+    /// One line per added endpoint (info) and per removed one (debug), with the Go EPPs'
+    /// messages and keys (`Pod added` / `name`, `Removing endpoint` / `endpoint`).
+    pub fn log(&self) {
+        for id in &self.added {
+            tracing::info!(name = %id, "Pod added");
+        }
+        for id in &self.removed {
+            tracing::debug!(endpoint = %id, "Removing endpoint");
+        }
+    }
 }
 
 #[cfg(test)]

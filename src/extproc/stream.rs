@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use prost_types::Struct;
-use tracing::debug;
+use tracing::{debug, error, info};
 
 use super::decide::{Outcome, prepare, random_endpoint, schedule_prepared};
 use super::error::ExtProcError;
@@ -209,6 +209,8 @@ impl StreamProcessor {
 
     async fn on_request_headers(&mut self, map: Option<&HeaderMap>, end_of_stream: bool) -> Vec<ProcessingResponse> {
         self.headers = read_headers(map);
+        ensure_request_id(&mut self.headers);
+        info!("x-request-id" = self.headers.get(REQUEST_ID).unwrap_or_default(), "EPP received request");
         self.trace = otel::request_span(&self.headers);
         if let Some(len) = self.headers.get(CONTENT_LENGTH).and_then(|v| v.parse::<usize>().ok()) {
             // The header is the peer's claim: reserve at most a typical body up front and let
@@ -342,7 +344,22 @@ impl StreamProcessor {
             clear_route_cache: true,
             ..Default::default()
         };
-        debug!(request_id = %request.request_id, model = %request.target_model, %destination, "Scheduled");
+        debug!(
+            "x-request-id" = %request.request_id,
+            objectiveKey = self.headers.objective().unwrap_or_default(),
+            incomingModelName = %request.incoming_model,
+            targetModelName = %request.target_model,
+            priority = request.priority,
+            targetModel = %request.target_model,
+            endpoint = %destination,
+            "Request handled"
+        );
+        info!(
+            "x-request-id" = %request.request_id,
+            modelName = %request.incoming_model,
+            targetModelName = %request.target_model,
+            "EPP sent request body response(s) to proxy"
+        );
         otel::record_request(
             &self.trace,
             &request.incoming_model,
@@ -417,12 +434,27 @@ impl StreamProcessor {
 
     fn fail(&mut self, error: ExtProcError) -> Vec<ProcessingResponse> {
         let model = self.scheduled.as_ref().map(|s| s.request.incoming_model.clone()).unwrap_or_default();
-        debug!(%error, status = error.http_status(), "Request rejected");
+        error!(
+            "x-request-id" = self.headers.get(REQUEST_ID).unwrap_or_default(),
+            error = %error,
+            status = error.http_status(),
+            "Failed to process request"
+        );
         otel::record_pick(&self.trace, Err(error.code()));
         self.shared.metrics.error(&model, &model, error.code());
         self.closed = true;
         if self.headers.is_grpc() { vec![resp::immediate_grpc(&error)] } else { vec![resp::immediate(&error)] }
     }
+}
+
+/// Gives the request an `x-request-id` when it has none (or an empty one), as the Go EPPs
+/// do before their first log line, so every line and plugin sees the same id.
+fn ensure_request_id(headers: &mut RequestHeaders) {
+    if headers.get(REQUEST_ID).is_some_and(|v| !v.is_empty()) {
+        return;
+    }
+    headers.all.retain(|(k, _)| k != REQUEST_ID);
+    headers.all.push((REQUEST_ID.to_string(), uuid::Uuid::new_v4().to_string()));
 }
 
 /// Reads a header map (`raw_value`, falling back to `value`), keys lower-cased.

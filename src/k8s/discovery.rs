@@ -144,7 +144,7 @@ impl PoolDiscovery {
         let object = object.filter(|o| o.pointer("/metadata/deletionTimestamp").is_none_or(Value::is_null));
         let Some(object) = object else {
             if state.pool.take().is_some() {
-                info!(pool = %self.pool.name, "InferencePool gone; clearing its endpoints");
+                info!(pool = %self.pool.name, "InferencePool not found. Clearing the datastore");
             }
             state.pods.clear();
             if let Some(w) = pods.take() {
@@ -165,7 +165,7 @@ impl PoolDiscovery {
             if let Some(w) = pods.take() {
                 w.cancel.cancel();
             }
-            info!(pool = %self.pool.name, %selector, ports = ?spec.target_ports, "Watching the pool's pods");
+            info!(pool = %self.pool.name, %selector, ports = ?spec.target_ports, "Updating endpoints");
             state.pods_listed = false;
             *pods = Some(self.watch_pods(selector, parent));
         }
@@ -230,6 +230,7 @@ impl PoolDiscovery {
         self.metrics.ready_pods.set(ready as i64);
         self.metrics.endpoints.set(endpoints.len() as i64);
         let diff = self.store.replace(endpoints);
+        diff.log();
         if !diff.is_empty() {
             info!(pool = %self.pool.name, added = ?diff.added, updated = ?diff.updated, removed = ?diff.removed,
                 "Pool endpoints changed");

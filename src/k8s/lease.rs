@@ -102,7 +102,7 @@ impl LeaderElection {
                     last_renewal = Some(Instant::now());
                     failing = false;
                     if !is_leader {
-                        info!(lease = %self.name, holder = %self.holder, "Leader election won: this replica leads");
+                        info!(lease = %self.name, holder = %self.holder, "This instance is now the leader!");
                         self.publish(&leading, true);
                     }
                 }

@@ -65,27 +65,37 @@ impl TimeEncoding {
 pub struct LogOptions {
     /// Line format.
     pub format: LogFormat,
-    /// epp's level (`info`, `debug`, ...).
+    /// The `epp` directive: a level (`info`, `debug`, ...) or [`BELOW_DEFAULT`].
     pub level: &'static str,
     /// `ts` encoding of JSON lines.
     pub time_encoding: TimeEncoding,
 }
 
-/// Maps logr verbosity (GIE: DEFAULT=2, VERBOSE=3, DEBUG=4, TRACE=5) to a level.
+/// The `epp` directive below `-v 2`: info, except the modules whose info lines the Go EPPs
+/// log at `V(DEFAULT)` (per-request lines in `extproc::stream`, `Pod added` in
+/// `endpoints::store`), which logr hides below verbosity 2. Startup and error lines stay.
+pub const BELOW_DEFAULT: &str = "info,epp::extproc::stream=warn,epp::endpoints::store=warn";
+
+/// Maps logr verbosity to the `epp` directive, as GIE's levels (`pkg/common/observability/
+/// logging`: DEFAULT=2, VERBOSE=3, DEBUG=4, TRACE=5) enable lines: below 2 the per-request
+/// lines are off ([`BELOW_DEFAULT`]); 2 info; 3 and 4 debug (epp has one level for VERBOSE
+/// and DEBUG lines); 5 and above trace.
 pub fn level_for_verbosity(v: u8) -> &'static str {
     match v {
-        0..=2 => "info",
+        0 | 1 => BELOW_DEFAULT,
+        2 => "info",
         3 | 4 => "debug",
         _ => "trace",
     }
 }
 
 /// The level from `--zap-log-level` (`debug`, `info`, `warn`, `error`, `panic`, `fatal`, or an
-/// integer logr verbosity), else `--zap-devel` (debug), else `-v`.
+/// integer logr verbosity), else `--zap-devel` (debug), else `-v`. zap's `info` is logr
+/// verbosity 0, so it hides the `V(DEFAULT)` lines as `-v 0` does.
 pub fn level_for_flags(zap_log_level: Option<&str>, zap_devel: bool, verbosity: u8) -> Result<&'static str, String> {
     match zap_log_level.map(str::trim) {
         Some("debug") => Ok("debug"),
-        Some("info") => Ok("info"),
+        Some("info") => Ok(BELOW_DEFAULT),
         Some("warn") => Ok("warn"),
         Some("error" | "dpanic" | "panic" | "fatal") => Ok("error"),
         Some(n) => match n.parse::<u8>() {
@@ -267,6 +277,10 @@ mod tests {
         assert_eq!(level_for_flags(Some("4"), false, 2), Ok("debug"));
         assert_eq!(level_for_flags(None, true, 2), Ok("debug"));
         assert_eq!(level_for_flags(None, false, 5), Ok("trace"));
+        assert_eq!(level_for_flags(None, false, 1), Ok(BELOW_DEFAULT));
+        assert_eq!(level_for_flags(Some("info"), false, 2), Ok(BELOW_DEFAULT));
+        assert_eq!(level_for_flags(None, false, 2), Ok("info"));
+        assert_eq!(level_for_flags(None, false, 3), Ok("debug"));
         assert!(level_for_flags(Some("loud"), false, 2).is_err());
     }
 }

@@ -105,6 +105,8 @@ impl StreamProcessor {
             self.attach_final_metadata(last);
         }
         if end_of_stream {
+            let id = self.scheduled.as_ref().map(|s| s.request.request_id.as_str()).unwrap_or_default();
+            tracing::info!("x-request-id" = id, "EPP sent response body back to proxy");
             self.complete();
         }
         out
