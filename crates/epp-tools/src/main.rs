@@ -1,12 +1,14 @@
 //! The `epp-tools` binary: `sim`, `demo` and `bench ...` (see `epp_tools::cli`). Logs of the
-//! in-process epp go to stderr as the server's default flags would print them (console, info).
+//! in-process epp go to stderr in the console format at `-v 1`: startup, warnings and errors,
+//! without the server's per-request info lines (one stderr write each would weigh on the
+//! figures); `RUST_LOG` overrides.
 
 use clap::Parser;
 use epp::telemetry::tracing::{LogFormat, LogOptions, TimeEncoding};
 use epp_tools::cli::{Cli, Command};
 
-/// logr verbosity of the server's default `-v`.
-const DEFAULT_VERBOSITY: u8 = 2;
+/// logr verbosity just below the server's default `-v 2`.
+const DEFAULT_VERBOSITY: u8 = 1;
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
