@@ -31,13 +31,17 @@ const HEAL: Duration = Duration::from_secs(20);
 /// Every outcome a read message is counted under.
 const OUTCOMES: [&str; 6] = ["applied", "own", "malformed", "foreign_version", "unknown_plugin", "stale"];
 
-/// Four fake pods on `ip` and an endpoints file naming them.
+/// Four fake pods on `ip` and an endpoints file naming them `pod-0`..`pod-3`.
 async fn pods(ip: [u8; 4]) -> (Vec<FakeVllm>, tempfile::TempDir, PathBuf) {
+    pods_named(ip, ["pod-0", "pod-1", "pod-2", "pod-3"]).await
+}
+
+/// Four fake pods on `ip` and an endpoints file giving them `names`.
+async fn pods_named(ip: [u8; 4], names: [&str; 4]) -> (Vec<FakeVllm>, tempfile::TempDir, PathBuf) {
     let mut pods = Vec::new();
     for _ in 0..4 {
         pods.push(FakeVllm::start(ip, 0, 0, 0.1).await);
     }
-    let names = ["pod-0", "pod-1", "pod-2", "pod-3"];
     let specs: Vec<EndpointSpec<'_>> = names.iter().zip(&pods).map(|(n, p)| (*n, p.addr, &[][..])).collect();
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("endpoints.yaml");
@@ -45,12 +49,15 @@ async fn pods(ip: [u8; 4]) -> (Vec<FakeVllm>, tempfile::TempDir, PathBuf) {
     (pods, dir, file)
 }
 
-/// `epp` arguments of one replica: the endpoints file, h2c, sync through `url` with a 200 ms
-/// heartbeat and `stream_len` retained entries.
+/// `epp` arguments of one replica reading the endpoints file `endpoints`.
 fn replica_args(endpoints: &Path, url: &str, stream_len: usize) -> Vec<String> {
-    [
-        "--endpoints-file",
-        endpoints.to_str().expect("utf-8 path"),
+    replica_args_from(&["--endpoints-file", endpoints.to_str().expect("utf-8 path")], url, stream_len)
+}
+
+/// `epp` arguments of one replica: the endpoint `source` flags, h2c, sync through `url` with a
+/// 200 ms heartbeat and `stream_len` retained entries.
+fn replica_args_from(source: &[&str], url: &str, stream_len: usize) -> Vec<String> {
+    let sync = [
         "--secure-serving=false",
         "--refresh-prometheus-metrics-interval=50ms",
         "--replica-sync-url",
@@ -59,22 +66,25 @@ fn replica_args(endpoints: &Path, url: &str, stream_len: usize) -> Vec<String> {
         KEY,
         &format!("--replica-sync-stream-len={stream_len}"),
         "--replica-sync-heartbeat=200ms",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
+    ];
+    source.iter().chain(&sync).map(|s| s.to_string()).collect()
 }
 
 /// Starts a replica (in `netns`, bound to `bind`) and waits until it is ready, has scraped
 /// the four pods and is connected to Redis.
 async fn start_replica(netns: Option<&Netns>, bind: IpAddr, args: &[String]) -> EppProcess {
     let mut epp = EppProcess::spawn_in(netns.map(|n| n.name.as_str()), bind, args, &[]);
+    wait_ready(&mut epp).await;
+    epp
+}
+
+/// Waits until `epp` is ready, has scraped the four pods and is connected to Redis.
+async fn wait_ready(epp: &mut EppProcess) {
     epp.wait_health("readiness", ServingStatus::Serving).await;
     wait_metrics(&epp, "four pods scraped, connected to Redis", WAIT, |t| {
         ready_pods(t) == 4.0 && metric(t, "epp_replica_sync_connected") == 1.0
     })
     .await;
-    epp
 }
 
 /// `inference_pool_ready_pods` (whatever its pool label).
@@ -241,6 +251,41 @@ async fn a_killed_replica_restarts_and_catches_up_from_the_bounded_stream() {
     assert_eq!(metric(&text, "epp_replica_sync_resyncs_total"), 1.0, "one catch-up, at start");
     assert_eq!(metric(&text, "epp_replica_sync_gaps_total"), 0.0, "a fresh replica has no position to lose");
     assert_eq!(follow_ups_kept(&b, 0..12, &pods).await, 12, "follow-ups on the restarted replica");
+}
+
+/// A replica starting in Kubernetes mode learns its pods from the API server after it
+/// started: its catch-up waits for that first sync, else the prefix entries it replays would
+/// name endpoints it does not know yet and be skipped. Replica A (endpoints file, the same
+/// endpoint names) routes 12 first turns; B starts with no pool in the API server, publishes
+/// but reads nothing; once the pool and its pod (four ranks) appear, B catches up and routes
+/// every follow-up to its first turn's pod.
+#[tokio::test]
+async fn a_replica_in_kubernetes_catches_up_once_its_pods_are_discovered() {
+    use common::kube::{MockKube, pod, pool};
+    let redis = RedisServer::start();
+    let ranks = ["vllm-0-rank-0", "vllm-0-rank-1", "vllm-0-rank-2", "vllm-0-rank-3"];
+    let (fakes, dir, file) = pods_named([127, 0, 0, 51], ranks).await;
+    let local = IpAddr::from(Ipv4Addr::LOCALHOST);
+    let a = start_replica(None, local, &replica_args(&file, &redis.url(), 100_000)).await;
+    let mut stream = Stream::open(&redis.url()).await;
+    let pods = first_turns(&a, 0..12).await;
+    stream.wait_prefix_updates(12).await;
+
+    let mock = MockKube::start().await;
+    let kubeconfig = mock.kubeconfig(dir.path());
+    let args = replica_args_from(&["--pool-name", "p", "--metrics-endpoint-auth=false"], &redis.url(), 100_000);
+    let env = [("KUBECONFIG", kubeconfig.to_str().expect("utf-8 path")), ("NAMESPACE", "ns")];
+    let mut b = EppProcess::spawn(&args, &env);
+    b.wait_health("liveness", ServingStatus::Serving).await;
+    // Five heartbeats published (1 s): a reader not waiting would have read the stream by now.
+    let text = wait_metrics(&b, "B publishes", WAIT, |t| metric(t, "epp_replica_sync_messages_sent_total") >= 5.0).await;
+    assert_eq!(read_total(&text), 0.0, "read before the pods were discovered");
+    let ports: Vec<u16> = fakes.iter().map(|f| f.addr.port()).collect();
+    mock.apply("/apis/inference.networking.k8s.io/v1/namespaces/ns/inferencepools", pool("p", serde_json::json!({"app": "vllm"}), &ports));
+    mock.apply("/api/v1/namespaces/ns/pods", pod("vllm-0", serde_json::json!({"app": "vllm"}), Some("127.0.0.51"), true));
+    wait_ready(&mut b).await;
+    stream.mark_and_wait(&b).await;
+    assert_eq!(follow_ups_kept(&b, 0..12, &pods).await, 12, "follow-ups on the replica that discovered its pods late");
 }
 
 /// Network namespaces: Redis in one, replica B in another, replica A and the pods in the
