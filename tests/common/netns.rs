@@ -1,6 +1,6 @@
 //! Network namespaces and veth links for partition tests (`ip netns`, `ip link`): a
 //! [`Netns`] guard deletes its namespace on drop (which deletes every veth with an end in it),
-//! names are unique per test process, and [`Netns::usable`] says why the machine cannot run
+//! names are unique per test process, and [`Netns::unavailable`] says why the machine cannot run
 //! them (not root, no `ip`, no namespace support) so such tests can print a notice and pass.
 
 use std::net::Ipv4Addr;
@@ -45,15 +45,12 @@ pub struct Netns {
 
 impl Netns {
     /// Why namespaces cannot be used here (not root, or `ip netns add` fails), or `None`.
-    pub fn usable() -> Option<String> {
+    pub fn unavailable() -> Option<String> {
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } != 0 {
             return Some("not root".into());
         }
-        match Netns::create("eppchk") {
-            Ok(_) => None,
-            Err(error) => Some(error),
-        }
+        Netns::create("eppchk").err()
     }
 
     /// Creates a namespace named `<prefix><pid>n<counter>` with its loopback up.
