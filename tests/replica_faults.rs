@@ -278,9 +278,11 @@ async fn a_replica_in_kubernetes_catches_up_once_its_pods_are_discovered() {
     let env = [("KUBECONFIG", kubeconfig.to_str().expect("utf-8 path")), ("NAMESPACE", "ns")];
     let mut b = EppProcess::spawn(&args, &env);
     b.wait_health("liveness", ServingStatus::Serving).await;
-    // Five heartbeats published (1 s): a reader not waiting would have read the stream by now.
+    // Ten messages published (heartbeats and in-flight totals, every 200 ms): a reader that
+    // did not wait would have read the stream by then (it had, when this test was checked
+    // against a reader without the wait).
     let text =
-        wait_metrics(&b, "B publishes", WAIT, |t| metric(t, "epp_replica_sync_messages_sent_total") >= 5.0).await;
+        wait_metrics(&b, "B publishes", WAIT, |t| metric(t, "epp_replica_sync_messages_sent_total") >= 10.0).await;
     assert_eq!(read_total(&text), 0.0, "read before the pods were discovered");
     let ports: Vec<u16> = fakes.iter().map(|f| f.addr.port()).collect();
     mock.apply(
