@@ -26,10 +26,13 @@ async fn epp_logging(fake: &FakeVllm, dir: &tempfile::TempDir, verbosity: &str) 
     epp
 }
 
-/// Every stderr line, parsed; each must be a zap-shaped JSON object.
+/// Every complete stderr line, parsed; each must be a zap-shaped JSON object. A line still
+/// being written (no newline yet) is left for the next call.
 fn json_lines(epp: &EppProcess) -> Vec<Value> {
     let text = epp.stderr();
-    text.lines()
+    let complete = text.rfind('\n').map_or("", |end| &text[..end]);
+    complete
+        .lines()
         .map(|l| {
             let line: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
             for key in ["ts", "level", "msg", "logger", "caller"] {
