@@ -7,6 +7,7 @@ use std::sync::Arc;
 use super::events::EventBatch;
 use super::index::{ApplyStats, PrefixIndex};
 use super::redis_index::RedisIndex;
+use super::subscriber::KvEventSource;
 
 /// An index the workers write.
 #[derive(Debug, Clone)]
@@ -52,6 +53,13 @@ impl IndexSink {
         match self {
             IndexSink::Memory(i) => i.remove_endpoint(endpoint),
             IndexSink::Redis(r) => r.clear_endpoint(endpoint).await.unwrap_or(0),
+        }
+    }
+
+    /// The current endpoints (the shared index stores them by `ip:port`).
+    pub fn set_sources(&self, sources: &[KvEventSource]) {
+        if let IndexSink::Redis(r) = self {
+            r.set_sources(sources);
         }
     }
 

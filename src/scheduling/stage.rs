@@ -22,6 +22,7 @@ use crate::framework::data::{ByProducer, RequestData};
 use crate::framework::plugin::{EncoderCacheSizer, PluginName, PrefixPrefetch};
 use crate::latency::Predictor;
 use crate::request::InferenceRequest;
+use crate::request::estimate::estimate_tokens;
 use crate::telemetry::otel;
 use crate::tokenize::Tokenizer;
 
@@ -74,9 +75,18 @@ pub async fn before_decision(
 }
 
 /// Every prefix prefetch (after Flow Control, so the answer is fresh at dispatch); each bounds
-/// its own wait. Needs the tokenize step's ids: without them there is nothing to look up.
+/// its own wait. Keys come from the tokenize step's ids, or, when the config has no tokenize
+/// step, from the ids the estimate backend will produce in phase 2 (given ids pass through);
+/// a tokenize step that missed leaves nothing to look up.
 async fn prefetch_prefix(stage: &Stage, request: &InferenceRequest, data: &mut RequestData) {
-    let Some(tokens) = data.tokens.clone() else { return };
+    if stage.prefetches.is_empty() {
+        return;
+    }
+    let tokens: Arc<[u32]> = match (&data.tokens, &stage.tokenizer, &request.body) {
+        (Some(t), _, _) => t.clone(),
+        (None, None, Some(body)) => estimate_tokens(&body.prompt).into(),
+        _ => return,
+    };
     for step in &stage.prefetches {
         let matches = step.prefetch(request, &tokens).await;
         data.prefetched_prefix.insert(step.producer().clone(), Arc::new(matches));

@@ -22,7 +22,10 @@ pub mod metrics;
 pub mod write;
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::Arc;
+
+use arc_swap::ArcSwap;
 use std::time::{Duration, Instant};
 
 use self::conn::{Conn, ConnError};
@@ -32,6 +35,7 @@ use self::write::{Planner, REMOVE_SCRIPT, hashes_to_resolve, resolve_pipeline};
 use super::events::{EventBatch, KvEvent};
 use super::index::{ApplyStats, EndpointMatch, EventOutcome, KeyMode, TierWeights};
 use super::metrics::KvCacheMetrics;
+use super::subscriber::KvEventSource;
 
 pub use self::address::AddressError;
 
@@ -80,12 +84,21 @@ pub enum WriteError {
     Redis(#[from] redis::RedisError),
 }
 
+/// Endpoint names <-> llm-d pod identifiers (`ip:port`, what the layout stores, so entries
+/// written by llm-d and by other replicas name the same endpoint).
+#[derive(Debug, Default)]
+struct Identities {
+    pod_of: HashMap<Arc<str>, String>,
+    name_of: HashMap<String, Arc<str>>,
+}
+
 /// The shared index. `Send + Sync`; share as `Arc<RedisIndex>`.
 #[derive(Debug)]
 pub struct RedisIndex {
     conn: Conn,
     config: RedisIndexConfig,
     metrics: Arc<KvCacheMetrics>,
+    ids: ArcSwap<Identities>,
 }
 
 /// Keys scanned per `SCAN` step of a clear (llm-d's batch).
@@ -95,7 +108,23 @@ impl RedisIndex {
     /// Checks the address and builds the client; connects on first use.
     pub fn try_new(config: RedisIndexConfig, metrics: Arc<KvCacheMetrics>) -> Result<Self, AddressError> {
         let client = address::client(&config.address)?;
-        Ok(Self { conn: Conn::new(client, config.write_timeout), config, metrics })
+        Ok(Self { conn: Conn::new(client, config.write_timeout), config, metrics, ids: Default::default() })
+    }
+
+    /// Records the current endpoints: each is stored as `ip:port` and found by that.
+    pub fn set_sources(&self, sources: &[KvEventSource]) {
+        let mut ids = Identities::default();
+        for s in sources {
+            let pod = SocketAddr::new(s.address, s.port).to_string();
+            ids.name_of.insert(pod.clone(), s.name.clone());
+            ids.pod_of.insert(s.name.clone(), pod);
+        }
+        self.ids.store(Arc::new(ids));
+    }
+
+    /// The pod identifier stored for endpoint `name` (the name itself when unknown).
+    pub fn pod_id(&self, name: &str) -> String {
+        self.ids.load().pod_of.get(name).cloned().unwrap_or_else(|| name.to_string())
     }
 
     /// The configuration.
@@ -125,7 +154,13 @@ impl RedisIndex {
         match result {
             Ok(fields) => {
                 r.record_lookup(Outcome::Ok, seconds);
-                let found = lookup::longest_runs(&fields, &self.config.tier_weights);
+                let mut found = lookup::longest_runs(&fields, &self.config.tier_weights);
+                let ids = self.ids.load();
+                for m in &mut found {
+                    if let Some(name) = ids.name_of.get(&*m.endpoint) {
+                        m.endpoint = name.clone();
+                    }
+                }
                 let best = found.iter().map(|m| m.blocks).max().unwrap_or(0);
                 self.metrics.record_lookup(seconds, keys.len(), best);
                 Ok(found)
@@ -146,10 +181,12 @@ impl RedisIndex {
         })
     }
 
-    /// Applies one batch published by `endpoint` (`model`: the topic's model), in order.
+    /// Applies one batch published by endpoint `name` (`model`: the topic's model), in order.
     /// Each segment between `AllBlocksCleared` events costs two round trips. A segment that
     /// cannot be written is counted (`backend_error` outcome, `epp_kv_redis_writes_total`).
-    pub async fn apply(&self, endpoint: &str, model: &str, batch: &EventBatch) -> ApplyStats {
+    pub async fn apply(&self, name: &str, model: &str, batch: &EventBatch) -> ApplyStats {
+        let pod = self.pod_id(name);
+        let endpoint = pod.as_str();
         let mut stats = ApplyStats::default();
         let mut rest = &batch.events[..];
         loop {
@@ -159,7 +196,7 @@ impl RedisIndex {
                 self.apply_segment(endpoint, model, segment, &mut stats).await;
             }
             let Some((clear, after)) = after.split_first() else { break };
-            let outcome = match self.clear_endpoint(endpoint).await {
+            let outcome = match self.clear_pod(endpoint).await {
                 Ok(_) => EventOutcome::Applied,
                 Err(_) => EventOutcome::BackendError,
             };
@@ -215,12 +252,16 @@ impl RedisIndex {
         Ok(())
     }
 
-    /// Removes every entry of `endpoint` (all tiers, groups and speculative entries) from the
+    /// Removes every entry of endpoint `name` (all tiers, groups and speculative entries) from the
     /// whole keyspace: `SCAN` in steps of 1024 keys, skipping `engine:` ZSETs; per step one
     /// pipeline of `HKEYS` and one of removals. O(keyspace), off the decision path; rare
     /// (`AllBlocksCleared`, publisher restart, sequence gap, endpoint removed). Returns the
     /// number of entries removed.
-    pub async fn clear_endpoint(&self, endpoint: &str) -> Result<usize, WriteError> {
+    pub async fn clear_endpoint(&self, name: &str) -> Result<usize, WriteError> {
+        self.clear_pod(&self.pod_id(name)).await
+    }
+
+    async fn clear_pod(&self, endpoint: &str) -> Result<usize, WriteError> {
         let t0 = Instant::now();
         let result = self.clear(endpoint).await;
         let outcome = if result.is_ok() { Outcome::Ok } else { Outcome::Error };

@@ -285,6 +285,8 @@ async fn follow_endpoints(
             metrics.forget_endpoint(gone);
             tracing::info!(endpoint = %gone, "Endpoint left: its KV cache entries were purged");
         }
+        // After the purge: the shared index finds departed endpoints by their old address.
+        index.set_sources(&now);
         known = names;
         if tx.send(now).is_err() {
             return;
@@ -313,6 +315,7 @@ impl BackgroundService for PrecisePrefixProducer {
                 }
                 None => IndexSink::from(self.index.clone()),
             };
+            sink.set_sources(&rx.borrow());
             let handle = Subscriber::spawn(config, sink.clone(), self.metrics.clone(), drift, rx, cx.cancel.clone())
                 .await
                 .map_err(|e| ServiceStartError::new(&self.name, "", e))?;
