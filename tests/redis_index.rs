@@ -142,8 +142,7 @@ async fn kv_events_received_by_one_replica_steer_the_other() {
     publisher.connect(&format!("tcp://127.0.0.1:{central}")).await.expect("connect to the central socket");
 
     let holder = &pods.vllm[1];
-    deliver(&fed, &mut publisher, holder, encoded(vec![stored(0xB000, None, &prompt(), BLOCK)]), STORED_APPLIED)
-        .await;
+    deliver(&fed, &mut publisher, holder, encoded(vec![stored(0xB000, None, &prompt(), BLOCK)]), STORED_APPLIED).await;
     let other_text = metrics_text(&other).await;
     assert_eq!(metric_sum(&other_text, "epp_kv_events_total"), 0.0, "the other replica received no event");
     for _ in 0..10 {

@@ -60,7 +60,12 @@ struct Wire {
 impl PodEntry {
     /// The entry KV events of `pod` write for `tier` and `group`.
     pub fn confirmed(pod: &str, tier: Tier, group: Option<u32>) -> Self {
-        PodEntry { pod: pod.to_string(), tier: tier.as_str().to_string(), speculative: false, group: group.map(i64::from) }
+        PodEntry {
+            pod: pod.to_string(),
+            tier: tier.as_str().to_string(),
+            speculative: false,
+            group: group.map(i64::from),
+        }
     }
 
     /// The HASH field: Go's `json.Marshal` of the entry.
@@ -136,7 +141,9 @@ mod tests {
             r#"{"PodIdentifier":"10.0.0.5:8000","DeviceTier":"cpu","Speculative":false,"HasGroup":true,"GroupIdx":2}"#
         );
         let odd = PodEntry { pod: "a<b>&\"\\\n\u{1}\u{2028}é".into(), ..PodEntry::default() };
-        assert!(odd.field().starts_with(r#"{"PodIdentifier":"a\u003cb\u003e\u0026\"\\\n\u0001\u2028é","DeviceTier":"""#));
+        assert!(
+            odd.field().starts_with(r#"{"PodIdentifier":"a\u003cb\u003e\u0026\"\\\n\u0001\u2028é","DeviceTier":"""#)
+        );
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //! * [`conn`]: the shared connection, reconnecting with backoff, failing fast meanwhile.
 //! * [`lookup`]: one pipelined `HKEYS` per request (one round trip), longest runs.
 //! * [`write`]: one event batch -> one read pipeline + one write pipeline.
-//! * [`metrics`]: `epp_kv_redis_*`.
+//! * [`metrics`]: the `epp_kv_redis_*` series.
 //!
 //! Decision path: [`RedisIndex::lookup`] is awaited before the synchronous scheduler runs and
 //! is bounded by `lookupTimeout`; on timeout or outage it returns an error the caller turns

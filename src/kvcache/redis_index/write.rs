@@ -213,7 +213,11 @@ mod tests {
             stored(&[17, 18], None, (1..=8).collect()),
             stored(&[19], Some(18), (9..=12).collect()),
             stored(&[30], Some(99), (1..=4).collect()),
-            KvEvent::BlockRemoved(BlockRemoved { block_hashes: vec![17, 55], medium: Some(Tier::Gpu), group_idx: None }),
+            KvEvent::BlockRemoved(BlockRemoved {
+                block_hashes: vec![17, 55],
+                medium: Some(Tier::Gpu),
+                group_idx: None,
+            }),
         ];
         assert_eq!(hashes_to_resolve(&events, &mode), [17, 18, 55, 99]);
         let mut p = planner(&mode);

@@ -441,7 +441,8 @@ mod tests {
 
     #[test]
     fn redis_config_selects_the_shared_index_and_checks_its_fields() {
-        let yaml = "indexerConfig: {kvBlockIndexConfig: {redisConfig: {address: 'redis-master:6379', lookupTimeout: 5ms}}}";
+        let yaml =
+            "indexerConfig: {kvBlockIndexConfig: {redisConfig: {address: 'redis-master:6379', lookupTimeout: 5ms}}}";
         let redis = serde_yaml::from_str::<Params>(yaml).expect("parses").derive().expect("derives").redis;
         let redis = redis.expect("redis selected");
         assert_eq!((redis.address.as_str(), redis.lookup_timeout), ("redis-master:6379", Duration::from_millis(5)));
