@@ -152,3 +152,34 @@ fn moved_tool_subcommands_point_to_epp_tools_and_exit_2() {
         assert!(stderr.contains("epp-tools"), "{stderr}");
     }
 }
+
+/// `kvBlockIndexConfig.redisConfig` (llm-d's shared index) validates; a bad address is an error
+/// at its path, in the library and through the binary.
+#[test]
+fn redis_index_config_is_accepted_and_a_bad_address_names_its_path() {
+    let config = |address: &str| {
+        format!(
+            "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n\
+             - type: precise-prefix-cache-producer\n  parameters:\n    indexerConfig:\n      \
+             kvBlockIndexConfig: {{redisConfig: {{address: \"{address}\"}}}}\n    \
+             kvEventsConfig: {{zmqEndpoint: \"tcp://*:5557\"}}\n\
+             - type: prefix-cache-scorer\n  parameters: {{prefixMatchInfoProducerName: precise-prefix-cache-producer}}\n\
+             - type: max-score-picker\nschedulingProfiles:\n- name: default\n  plugins:\n  \
+             - {{pluginRef: prefix-cache-scorer}}\n  - {{pluginRef: max-score-picker}}\n"
+        )
+    };
+    let ok = validate_text(&config("redis://redis.epp.svc:6379"));
+    assert!(ok.iter().all(|f| f.severity != Severity::Error), "{ok:#?}");
+    let bad = validate_text(&config("http://redis:6379"));
+    let path = "plugins[0].parameters.indexerConfig.kvBlockIndexConfig.redisConfig.address";
+    assert_has(&bad, Severity::Error, path);
+    let dir = tempfile::tempdir().unwrap();
+    let (good_file, bad_file) = (dir.path().join("ok.yaml"), dir.path().join("bad.yaml"));
+    std::fs::write(&good_file, config("127.0.0.1:6379")).unwrap();
+    std::fs::write(&bad_file, config("http://redis:6379")).unwrap();
+    let out = epp(&["validate", good_file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
+    let out = epp(&["validate", bad_file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("redisConfig.address"));
+}

@@ -159,8 +159,8 @@ fn order(instances: &Instances, plan: &mut ProducerPlan, errors: &mut Vec<Config
     }
 }
 
-/// What the stage before the decision awaits: the first tokenize step and every latency
-/// step in producer order, each latency step bound to its encoder-cache sizer (named, or the
+/// What the stage before the decision awaits: the first tokenize step, every prefix prefetch
+/// and every latency step in producer order, each latency step bound to its encoder-cache sizer (named, or the
 /// default encoder-cache producer; none when that plugin has no sizer).
 pub(crate) fn stage(instances: &Instances, plan: &ProducerPlan) -> Stage {
     let in_order = || plan.order.iter().filter_map(|name| instances.get(name));
@@ -179,5 +179,6 @@ pub(crate) fn stage(instances: &Instances, plan: &ProducerPlan) -> Stage {
             })
         })
         .collect();
-    Stage { tokenizer, predictors }
+    let prefetches = in_order().filter_map(|(_, i)| i.prefix_prefetch.clone()).collect();
+    Stage { tokenizer, predictors, prefetches }
 }

@@ -156,7 +156,7 @@ pub struct DefaultProducers {
 
 /// Everything computed for one request before its decision, in two phases. Phase 1
 /// (`scheduling::stage`, asynchronous, before the scheduler runs): `tokens` and `mm_items`
-/// from the tokenize step and `predicted`. Phase 2 (the data producers, inside
+/// from the tokenize step, `prefetched_prefix` and `predicted`. Phase 2 (the data producers, inside
 /// `Scheduler::schedule_with`): everything else, and `tokens` when no tokenize step ran.
 #[derive(Clone, Debug, Default)]
 pub struct RequestData {
@@ -171,6 +171,10 @@ pub struct RequestData {
     pub tokens: Option<Arc<[u32]>>,
     /// `PrefixCacheMatchInfo` by producer instance.
     pub prefix: ByProducer<Arc<PrefixMatches>>,
+    /// Phase 1: prefix matches looked up before the decision by producers whose index is
+    /// outside the process (every endpoint found, not yet narrowed to the candidates; no
+    /// matches when the index did not answer in time).
+    pub prefetched_prefix: ByProducer<Arc<PrefixMatches>>,
     /// `InFlightLoad` by producer instance.
     pub inflight: ByProducer<Arc<InFlightLoads>>,
     /// `LatencyPredictionInfo` by producer instance (absent when the predictor did not answer).

@@ -190,6 +190,22 @@ impl ServiceStartError {
     }
 }
 
+/// A prefix lookup `scheduling::stage` awaits before the decision, for a producer whose index
+/// is not in this process (the Redis-backed precise index). The answer is stored as phase-1
+/// data (`RequestData::prefetched_prefix`) under [`PrefixPrefetch::producer`] and holds every
+/// endpoint found; the producer narrows it to the candidates in phase 2. The implementation
+/// bounds its own wait and answers with no matches when the index is unreachable.
+pub trait PrefixPrefetch: Send + Sync + fmt::Debug {
+    /// The producer instance the answer belongs to.
+    fn producer(&self) -> &PluginName;
+    /// Looks up the prompt's keys (`tokens`: the tokenize step's ids).
+    fn prefetch<'a>(
+        &'a self,
+        request: &'a InferenceRequest,
+        tokens: &'a [u32],
+    ) -> ServiceFuture<'a, super::data::PrefixMatches>;
+}
+
 /// A plugin's long-running work (sockets, tasks), started once by the app after the config
 /// loaded. Scheduling calls never wait for it.
 pub trait BackgroundService: Send + Sync + fmt::Debug {
@@ -254,6 +270,8 @@ pub struct PluginInstance {
     pub tokenize_step: Option<Arc<crate::tokenize::Tokenizer>>,
     /// A latency prediction `scheduling::stage` awaits before the decision.
     pub latency_step: Option<LatencyStep>,
+    /// A prefix lookup `scheduling::stage` awaits before the decision (shared index).
+    pub prefix_prefetch: Option<Arc<dyn PrefixPrefetch>>,
     /// Encoder-cache sizes a latency step may bind.
     pub encoder_cache_sizer: Option<Arc<dyn EncoderCacheSizer>>,
     /// Request-parser role (named from `parser` / `requestHandler.parsers`).
@@ -286,6 +304,7 @@ impl PluginInstance {
             background: None,
             tokenize_step: None,
             latency_step: None,
+            prefix_prefetch: None,
             encoder_cache_sizer: None,
             parser: None,
             notification_source: None,
@@ -363,6 +382,12 @@ impl PluginInstance {
         self.tokenize_step = Some(t);
         self
     }
+    /// Adds a prefix lookup awaited before the decision.
+    pub fn with_prefix_prefetch(mut self, step: Arc<dyn PrefixPrefetch>) -> Self {
+        self.prefix_prefetch = Some(step);
+        self
+    }
+
     /// Adds a latency prediction awaited before the decision.
     pub fn with_latency_step(mut self, step: LatencyStep) -> Self {
         self.latency_step = Some(step);

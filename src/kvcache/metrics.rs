@@ -79,6 +79,8 @@ pub struct KvCacheMetrics {
     pub apply_latency: Histogram,
     /// `epp_kv_speculative_blocks_total{op}` (op = added | expired): `speculativeIndexing`.
     pub speculative_blocks: IntCounterVec,
+    /// The Redis index's series (`epp_kv_redis_*`).
+    pub redis: super::redis_index::metrics::RedisIndexMetrics,
     /// Drift state `/readyz` reports (shared by clones; not a Prometheus series).
     pub status: super::status::KvStatus,
 }
@@ -184,6 +186,7 @@ impl KvCacheMetrics {
                 "Speculative blocks added for routed requests and expired",
                 &["op"],
             )?,
+            redis: super::redis_index::metrics::RedisIndexMetrics::register(r)?,
             status: super::status::KvStatus::default(),
         })
     }

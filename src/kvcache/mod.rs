@@ -16,10 +16,12 @@
 //! * [`keys`]: epp's request keys (`cbor-fnv` / `xxh64`, model or LoRA in the
 //!   root) and the engine -> request block alignment.
 //! * [`index`]: sharded prefix index, event application, engine-hash mapping.
+//! * [`sink`]: where workers apply events (in-memory or Redis index).
 //! * [`sequence`]: per-stream seq tracking (gap, duplicate, restart).
 //! * [`speculative`]: entries added for just-routed requests, expired after a TTL.
 //! * [`subscriber`]: ZeroMQ sockets, topics, workers, replay.
 //! * [`drift`]: do published hashes match the configured vLLM hashing?
+//! * [`redis_index`]: the same index kept in Redis in llm-d's layout, shared by replicas.
 //! * [`metrics`]: Prometheus series (`epp_kv_*`).
 //!
 //! Not here: tokenisation, scoring policy (plugins read [`EndpointMatch`]),
@@ -33,7 +35,9 @@ pub mod hashing;
 pub mod index;
 pub mod keys;
 pub mod metrics;
+pub mod redis_index;
 pub mod sequence;
+pub mod sink;
 pub mod speculative;
 pub mod status;
 pub mod subscriber;
@@ -46,5 +50,7 @@ pub use hashing::{HashAlgo, VllmHasher, VllmVersion};
 pub use index::{EndpointMatch, IndexConfig, KeyMode, PrefixIndex, TierWeights};
 pub use keys::{RequestKeyAlgo, RequestKeyer, request_keys};
 pub use metrics::KvCacheMetrics;
+pub use redis_index::{RedisIndex, RedisIndexConfig};
+pub use sink::IndexSink;
 pub use speculative::{SpeculativeChange, SpeculativeLedger};
 pub use subscriber::{KvEventSource, Subscriber, SubscriberConfig, SubscriberHandle};

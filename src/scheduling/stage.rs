@@ -1,7 +1,8 @@
 //! The asynchronous stage before a decision, called once per request by the ext_proc stream:
 //! everything the synchronous scheduler needs awaited first. In order: the tokenize step
 //! (token ids and multimodal items), Flow Control admission (gate `flowControl`; layer 0, so
-//! predictions made after a queue wait reflect the load at dispatch), then the encoder-cache
+//! predictions made after a queue wait reflect the load at dispatch), the prefix lookups of
+//! producers whose index lives outside the process (the Redis-backed precise index), then the encoder-cache
 //! sizes and latency predictions of every `predicted-latency-producer`. What it awaits is a
 //! [`Stage`] the config loader builds from the plugins' stage capabilities
 //! (`PluginInstance::{tokenize_step, latency_step, encoder_cache_sizer}`); its results are
@@ -18,9 +19,10 @@ use super::scheduler::Scheduler;
 use crate::endpoints::store::EndpointStore;
 use crate::flowcontrol::{DEFAULT_FLOW, FlowController, FlowRequest, Outcome, slo_ttft};
 use crate::framework::data::{ByProducer, RequestData};
-use crate::framework::plugin::{EncoderCacheSizer, PluginName};
+use crate::framework::plugin::{EncoderCacheSizer, PluginName, PrefixPrefetch};
 use crate::latency::Predictor;
 use crate::request::InferenceRequest;
+use crate::request::estimate::estimate_tokens;
 use crate::telemetry::otel;
 use crate::tokenize::Tokenizer;
 
@@ -31,6 +33,8 @@ pub struct Stage {
     pub tokenizer: Option<Arc<Tokenizer>>,
     /// Latency predictions, in producer order.
     pub predictors: Vec<StagePredictor>,
+    /// Prefix lookups in indexes outside the process, in producer order.
+    pub prefetches: Vec<Arc<dyn PrefixPrefetch>>,
 }
 
 /// One latency prediction the stage awaits.
@@ -65,8 +69,28 @@ pub async fn before_decision(
             ended => return Err(ended),
         }
     }
+    prefetch_prefix(stage, request, &mut data).await;
     data.predicted = predict_latency(stage, store, request, &data).await;
     Ok(data)
+}
+
+/// Every prefix prefetch (after Flow Control, so the answer is fresh at dispatch); each bounds
+/// its own wait. Keys come from the tokenize step's ids, or, when the config has no tokenize
+/// step, from the ids the estimate backend will produce in phase 2 (given ids pass through);
+/// a tokenize step that missed leaves nothing to look up.
+async fn prefetch_prefix(stage: &Stage, request: &InferenceRequest, data: &mut RequestData) {
+    if stage.prefetches.is_empty() {
+        return;
+    }
+    let tokens: Arc<[u32]> = match (&data.tokens, &stage.tokenizer, &request.body) {
+        (Some(t), _, _) => t.clone(),
+        (None, None, Some(body)) => estimate_tokens(&body.prompt).into(),
+        _ => return,
+    };
+    for step in &stage.prefetches {
+        let matches = step.prefetch(request, &tokens).await;
+        data.prefetched_prefix.insert(step.producer().clone(), Arc::new(matches));
+    }
 }
 
 /// The tokenize step, when the config has one.

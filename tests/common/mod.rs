@@ -430,3 +430,9 @@ pub fn chat(model: &str, text: &str, stream: bool) -> Vec<u8> {
     )
     .expect("json")
 }
+
+/// The sum of every sample whose line starts with `prefix` (a name, or a name and the start
+/// of its labels) in `/metrics` text; 0 when none.
+pub fn metric_sum(text: &str, prefix: &str) -> f64 {
+    text.lines().filter(|l| l.starts_with(prefix)).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
+}

@@ -40,13 +40,15 @@ pub enum EventOutcome {
     UnknownBlock,
     /// No endpoint id left.
     EndpointLimit,
+    /// The shared (Redis) index could not be read or written; the event is lost to it.
+    BackendError,
 }
 
 impl EventOutcome {
     /// Number of outcomes.
-    pub const COUNT: usize = 7;
+    pub const COUNT: usize = 8;
     /// All outcomes, in id order.
-    pub const ALL: [EventOutcome; 7] = [
+    pub const ALL: [EventOutcome; 8] = [
         EventOutcome::Applied,
         EventOutcome::UnknownParent,
         EventOutcome::UnsupportedKind,
@@ -54,6 +56,7 @@ impl EventOutcome {
         EventOutcome::NonDenseSpan,
         EventOutcome::UnknownBlock,
         EventOutcome::EndpointLimit,
+        EventOutcome::BackendError,
     ];
 
     /// Metric label value.
@@ -66,6 +69,7 @@ impl EventOutcome {
             EventOutcome::NonDenseSpan => "non_dense_block_span",
             EventOutcome::UnknownBlock => "unknown_block",
             EventOutcome::EndpointLimit => "endpoint_limit",
+            EventOutcome::BackendError => "backend_error",
         }
     }
 }
@@ -90,7 +94,8 @@ impl ApplyStats {
         }
     }
 
-    fn record(&mut self, kind: EventKind, outcome: EventOutcome) {
+    /// Counts one event of `kind` with `outcome`.
+    pub fn record(&mut self, kind: EventKind, outcome: EventOutcome) {
         self.events[Self::kind_idx(kind)][outcome as usize] += 1;
     }
 
@@ -101,6 +106,24 @@ impl ApplyStats {
 }
 
 const SUPPORTED_KINDS: [&str; 3] = ["full_attention", "mla_attention", "sink_full_attention"];
+
+/// True when the store's KV-cache kind cannot serve prefix routing (sliding window, mamba …).
+pub(crate) fn is_unsupported_kind(s: &BlockStored) -> bool {
+    s.kv_cache_spec_kind.as_deref().is_some_and(|k| !SUPPORTED_KINDS.contains(&k))
+}
+
+/// Why a store with tokens cannot be keyed: `block_size` 0, or tokens that do not fill
+/// exactly one block per hash.
+pub(crate) fn span_error(s: &BlockStored) -> Option<EventOutcome> {
+    let bs = s.block_size as usize;
+    if bs == 0 {
+        return Some(EventOutcome::InvalidBlockSize);
+    }
+    if !s.token_ids.len().is_multiple_of(bs) || s.token_ids.len() / bs != s.block_hashes.len() {
+        return Some(EventOutcome::NonDenseSpan);
+    }
+    None
+}
 
 impl PrefixIndex {
     /// Applies one batch published by `endpoint` in order. `model` is the
@@ -141,7 +164,7 @@ impl PrefixIndex {
         s: &BlockStored,
         stats: &mut ApplyStats,
     ) -> EventOutcome {
-        if s.kv_cache_spec_kind.as_deref().is_some_and(|k| !SUPPORTED_KINDS.contains(&k)) {
+        if is_unsupported_kind(s) {
             return EventOutcome::UnsupportedKind;
         }
         let tier = s.tier().id();
@@ -176,12 +199,8 @@ impl PrefixIndex {
             stats.stored_blocks += s.block_hashes.len() as u64;
             return if any { EventOutcome::Applied } else { EventOutcome::UnknownBlock };
         }
-        let bs = s.block_size as usize;
-        if bs == 0 {
-            return EventOutcome::InvalidBlockSize;
-        }
-        if !s.token_ids.len().is_multiple_of(bs) || s.token_ids.len() / bs != s.block_hashes.len() {
-            return EventOutcome::NonDenseSpan;
+        if let Some(outcome) = span_error(s) {
+            return outcome;
         }
         let parent = match s.parent_block_hash {
             None => keyer.root(s.lora_name.as_deref().filter(|l| !l.is_empty()).unwrap_or(model)),
@@ -255,7 +274,7 @@ impl PrefixIndex {
 /// Extra identifiers per request block: bare strings other than the LoRA
 /// name (LoRA is already in the root; llm-d-router #2927) and MM identifiers,
 /// moved from engine block i to request block ⌊i·n_req/n_eng⌋.
-fn realign_extras(s: &BlockStored, n_req: usize) -> Vec<Vec<&str>> {
+pub(crate) fn realign_extras(s: &BlockStored, n_req: usize) -> Vec<Vec<&str>> {
     let n_eng = s.block_hashes.len();
     if s.extra_keys.iter().all(Option::is_none) || n_req == 0 || n_eng == 0 {
         return Vec::new();

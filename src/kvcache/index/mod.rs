@@ -25,6 +25,7 @@ mod slab;
 mod table;
 
 pub use apply::{ApplyStats, EventOutcome};
+pub(crate) use apply::{is_unsupported_kind, realign_extras, span_error};
 pub use table::{AddMode, RemoveMode};
 
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -1,4 +1,5 @@
-//! ZeroMQ subscriber: vLLM KV-event streams -> [`PrefixIndex`].
+//! ZeroMQ subscriber: vLLM KV-event streams -> an [`IndexSink`] (the in-memory
+//! `PrefixIndex` or the shared `RedisIndex`).
 //!
 //! Modes (reference §10), both may run at once:
 //! * central: one SUB socket **bound** at `zmq_endpoint`; events attributed
@@ -56,8 +57,8 @@ use self::socket::{Attribution, Intake};
 use self::supervise::Backoff;
 use self::worker::{Job, WorkerDeps};
 use super::drift::DriftDetector;
-use super::index::PrefixIndex;
 use super::metrics::KvCacheMetrics;
+use super::sink::IndexSink;
 use arc_swap::ArcSwap;
 use tokio::sync::{Mutex, Notify, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
@@ -151,7 +152,7 @@ pub struct Subscriber;
 #[derive(Debug)]
 pub struct SubscriberHandle {
     intake: Arc<Intake>,
-    index: Arc<PrefixIndex>,
+    index: IndexSink,
     central: Option<String>,
     cancel: CancellationToken,
     tasks: Mutex<Vec<JoinHandle<()>>>,
@@ -162,12 +163,13 @@ impl Subscriber {
     /// endpoint-list manager. Tasks stop when `cancel` fires.
     pub async fn spawn(
         config: SubscriberConfig,
-        index: Arc<PrefixIndex>,
+        index: impl Into<IndexSink>,
         metrics: Arc<KvCacheMetrics>,
         drift: Option<Arc<DriftDetector>>,
         sources: watch::Receiver<Vec<KvEventSource>>,
         cancel: CancellationToken,
     ) -> Result<SubscriberHandle, SubscriberError> {
+        let index: IndexSink = index.into();
         let deps = WorkerDeps {
             index: index.clone(),
             metrics: metrics.clone(),
@@ -256,13 +258,14 @@ impl SubscriberHandle {
         self.refresh_gauges();
     }
 
-    /// Updates the index size gauges.
+    /// Updates the index size gauges (in-memory index only).
     pub fn refresh_gauges(&self) {
+        let Some(index) = self.index.memory() else { return };
         let m = &self.intake.metrics;
-        m.index_entries.set(self.index.entries() as i64);
-        m.index_bytes.set(self.index.approx_bytes() as i64);
-        m.index_evictions.set(self.index.evictions() as i64);
-        m.index_ambiguous_refs.set(self.index.ambiguous_refs() as i64);
+        m.index_entries.set(index.entries() as i64);
+        m.index_bytes.set(index.approx_bytes() as i64);
+        m.index_evictions.set(index.evictions() as i64);
+        m.index_ambiguous_refs.set(index.ambiguous_refs() as i64);
     }
 
     /// Cancels every task and waits for them.

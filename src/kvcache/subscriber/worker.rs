@@ -20,9 +20,9 @@ use super::replay::{self, ReplayTimeouts};
 use crate::kvcache::decode::{DecodeError, decode_batch};
 use crate::kvcache::drift::DriftDetector;
 use crate::kvcache::events::{EventBatch, KvEvent};
-use crate::kvcache::index::PrefixIndex;
 use crate::kvcache::metrics::KvCacheMetrics;
 use crate::kvcache::sequence::{SeqTracker, SeqVerdict};
+use crate::kvcache::sink::IndexSink;
 
 /// One received message, attributed to an endpoint.
 #[derive(Debug)]
@@ -55,7 +55,7 @@ pub enum Job {
 /// Shared dependencies of the workers.
 #[derive(Debug, Clone)]
 pub struct WorkerDeps {
-    pub index: Arc<PrefixIndex>,
+    pub index: IndexSink,
     pub metrics: Arc<KvCacheMetrics>,
     pub drift: Option<Arc<DriftDetector>>,
     pub replay_timeouts: ReplayTimeouts,
@@ -82,7 +82,7 @@ pub async fn run(deps: WorkerDeps, mut rx: mpsc::Receiver<Job>) {
             Job::Message(env) => w.message(env).await,
             Job::RemoveEndpoint(name) => {
                 w.streams.retain(|(e, _), _| *e != name);
-                w.deps.index.remove_endpoint(&name);
+                w.deps.index.remove_endpoint(&name).await;
                 w.deps.metrics.clears.with_label_values(&["removed"]).inc();
                 w.deps.metrics.forget_endpoint(&name);
                 if let Some(d) = &w.deps.drift {
@@ -97,8 +97,8 @@ pub async fn run(deps: WorkerDeps, mut rx: mpsc::Receiver<Job>) {
 }
 
 impl Worker {
-    fn clear(&mut self, endpoint: &Arc<str>, reason: &'static str) {
-        let n = self.deps.index.clear_endpoint(endpoint);
+    async fn clear(&mut self, endpoint: &Arc<str>, reason: &'static str) {
+        let n = self.deps.index.clear_endpoint(endpoint).await;
         self.deps.metrics.clears.with_label_values(&[reason]).inc();
         tracing::info!(endpoint = %endpoint, reason, entries = n, "Purged endpoint from the prefix index");
     }
@@ -118,20 +118,20 @@ impl Worker {
                 m.gaps.inc();
                 tracing::warn!(endpoint = %env.endpoint, from, to = env.seq, "KV event sequence gap");
                 if env.replay.is_none() {
-                    self.clear(&env.endpoint, "gap");
+                    self.clear(&env.endpoint, "gap").await;
                 }
                 env.replay.is_some().then_some(from)
             }
             SeqVerdict::Restart => {
                 m.restarts.inc();
-                self.clear(&env.endpoint, "restart");
+                self.clear(&env.endpoint, "restart").await;
                 (env.seq > 0 && env.replay.is_some()).then_some(0)
             }
         };
         if let (Some(from), Some(addr)) = (missing_from, env.replay.clone()) {
             self.replay(&env, &addr, from).await;
         }
-        self.apply_decoded(&env.endpoint, &env.topic, decoded);
+        self.apply_decoded(&env.endpoint, &env.topic, decoded).await;
     }
 
     async fn replay(&mut self, env: &Envelope, addr: &str, from: u64) {
@@ -142,7 +142,7 @@ impl Worker {
                 m.replays.with_label_values(&["failed"]).inc();
                 m.zmq_errors.with_label_values(&["replay"]).inc();
                 tracing::warn!(endpoint = %env.endpoint, error = %e, "KV event replay failed");
-                self.clear(&env.endpoint, "gap");
+                self.clear(&env.endpoint, "gap").await;
                 return;
             }
         };
@@ -154,23 +154,23 @@ impl Worker {
             }
             if seq > expected && complete {
                 complete = false;
-                self.clear(&env.endpoint, "gap");
+                self.clear(&env.endpoint, "gap").await;
             }
-            self.apply(&env.endpoint, &env.topic, &payload);
+            self.apply(&env.endpoint, &env.topic, &payload).await;
             expected = seq + 1;
         }
         if expected < env.seq && complete {
             complete = false;
-            self.clear(&env.endpoint, "gap");
+            self.clear(&env.endpoint, "gap").await;
         }
         m.replays.with_label_values(&[if complete { "complete" } else { "incomplete" }]).inc();
     }
 
-    fn apply(&self, endpoint: &str, raw_topic: &[u8], payload: &[u8]) {
-        self.apply_decoded(endpoint, raw_topic, decode_batch(payload));
+    async fn apply(&self, endpoint: &str, raw_topic: &[u8], payload: &[u8]) {
+        self.apply_decoded(endpoint, raw_topic, decode_batch(payload)).await;
     }
 
-    fn apply_decoded(&self, endpoint: &str, raw_topic: &[u8], decoded: Result<EventBatch, DecodeError>) {
+    async fn apply_decoded(&self, endpoint: &str, raw_topic: &[u8], decoded: Result<EventBatch, DecodeError>) {
         let m = &self.deps.metrics;
         let batch = match decoded {
             Ok(b) => b,
@@ -199,7 +199,7 @@ impl Worker {
             }
         }
         let t0 = std::time::Instant::now();
-        let stats = self.deps.index.apply(endpoint, topic(raw_topic).model, &batch);
+        let stats = self.deps.index.apply(endpoint, topic(raw_topic).model, &batch).await;
         m.apply_latency.observe(t0.elapsed().as_secs_f64());
         m.record_apply(&stats);
     }

@@ -1,7 +1,9 @@
 //! What the two prefix producers (approximate and precise) have in common: both read
 //! `TokenizedPrompt`, cut it into block keys, look the keys up in their own index and write
 //! `PrefixCacheMatchInfo` under their instance name. A `PrefixSource` supplies the keys and
-//! the lookup; the `DataProducer` implementation is shared.
+//! the lookup; the `DataProducer` implementation is shared. A source whose index is outside
+//! the process answered before the decision (`RequestData::prefetched_prefix`); its answer is
+//! narrowed to the candidates here instead of looking up again.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -32,6 +34,15 @@ impl<T: PrefixSource> DataProducer for T {
     }
 
     fn produce(&self, request: &InferenceRequest, candidates: &[Candidate], data: &mut RequestData) {
+        if let Some(pre) = data.prefetched_prefix.get(Some(self.source_name())).cloned() {
+            let per_endpoint = candidates
+                .iter()
+                .filter_map(|c| pre.per_endpoint.get(&c.endpoint.id).map(|m| (c.endpoint.id.clone(), *m)))
+                .collect();
+            let matches = PrefixMatches { per_endpoint, ..(*pre).clone() };
+            data.prefix.insert(self.source_name().clone(), Arc::new(matches));
+            return;
+        }
         let Some(tokens) = data.tokens.clone() else { return };
         let (block_size, keys) = self.prompt_keys(request, &tokens, candidates);
         let per_endpoint = self.lookup(&keys, candidates);

@@ -10,6 +10,12 @@
 //! replica sync (docs/replicas.md) they are published, and other replicas' speculative
 //! entries are added here for the local TTL (skipped when already expired).
 //!
+//! With `kvBlockIndexConfig.redisConfig` the index is `kvcache::RedisIndex` (llm-d's key
+//! layout, shared by replicas and llm-d EPPs): events are written there, and the lookup runs
+//! as a `PrefixPrefetch` the stage awaits before the decision (bounded by `lookupTimeout`;
+//! no answer = no prefix scores). The in-process index then stays empty and is not offered
+//! in `cx.indexes`.
+//!
 //! Parameters: see `params` (llm-d's schema: `tokenProcessorConfig`, `indexerConfig`,
 //! `kvCacheBackendConfigs`, `kvEventsConfig`, `speculativeIndexing`, `speculativeTTL`).
 
@@ -27,17 +33,18 @@ use crate::endpoints::model::{Candidate, EndpointId};
 use crate::endpoints::store::EndpointStore;
 use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
 use crate::framework::context::SchedulingContext;
-use crate::framework::data::MatchInfo;
+use crate::framework::data::{MatchInfo, PrefixMatches};
 use crate::framework::plugin::{
-    BackgroundService, PluginInstance, PluginName, PreRequest, ServiceContext, ServiceFuture, ServiceStartError,
+    BackgroundService, PluginInstance, PluginName, PreRequest, PrefixPrefetch, ServiceContext, ServiceFuture,
+    ServiceStartError,
 };
 use crate::framework::replica::{Origin, ReplicaHandle, SharedState, SharedUpdate};
 use crate::framework::result::{HeaderEdits, SchedulingResult};
 use crate::kvcache::hashing::HashExtras;
 use crate::kvcache::index::KeyMode;
 use crate::kvcache::{
-    DriftDetector, KvCacheMetrics, KvEventSource, PrefixIndex, SpeculativeLedger, Subscriber, SubscriberConfig,
-    SubscriberHandle,
+    DriftDetector, IndexSink, KvCacheMetrics, KvEventSource, PrefixIndex, RedisIndex, SpeculativeLedger, Subscriber,
+    SubscriberConfig, SubscriberHandle,
 };
 use crate::request::InferenceRequest;
 use params::{Derived, Params};
@@ -55,6 +62,8 @@ pub struct PrecisePrefixProducer {
     subscriber: Mutex<Option<Arc<SubscriberHandle>>>,
     speculative: Option<Arc<SpeculativeLedger>>,
     replica: ReplicaHandle,
+    /// The shared index, when `redisConfig` selects it.
+    shared: Option<Arc<RedisIndex>>,
 }
 
 /// Builds the producer from already decoded parameters (shared with the scorer shim) and
@@ -68,8 +77,20 @@ pub fn build_producer(
         .derive()
         .map_err(|(path, message)| BuildError::new(format!("{}.parameters.{path}", spec.path), message))?;
     let index = Arc::new(PrefixIndex::new(derived.index.clone()));
-    cx.indexes.register(spec.name.clone(), index.clone());
+    let shared = match &derived.redis {
+        Some(config) => Some(Arc::new(RedisIndex::try_new(config.clone(), cx.metrics.kv.clone()).map_err(|e| {
+            BuildError::new(
+                format!("{}.parameters.indexerConfig.kvBlockIndexConfig.redisConfig.address", spec.path),
+                e.to_string(),
+            )
+        })?)),
+        None => {
+            cx.indexes.register(spec.name.clone(), index.clone());
+            None
+        }
+    };
     Ok(Arc::new(PrecisePrefixProducer {
+        shared,
         name: spec.name.clone(),
         index,
         metrics: cx.metrics.kv.clone(),
@@ -88,6 +109,10 @@ pub fn producer_instance(
     producer: Arc<PrecisePrefixProducer>,
 ) -> PluginInstance {
     let instance = PluginInstance::new(spec.name.clone(), type_name).with_producer(producer.clone());
+    let instance = match producer.shared {
+        Some(_) => instance.with_prefix_prefetch(producer.clone()),
+        None => instance,
+    };
     let instance = match producer.speculative {
         Some(_) => {
             producer.replica.register(&spec.name, &producer);
@@ -173,6 +198,35 @@ async fn expire_speculation(
     }
 }
 
+impl PrefixPrefetch for PrecisePrefixProducer {
+    fn producer(&self) -> &PluginName {
+        &self.name
+    }
+
+    fn prefetch<'a>(&'a self, request: &'a InferenceRequest, tokens: &'a [u32]) -> ServiceFuture<'a, PrefixMatches> {
+        Box::pin(async move {
+            let keys = self.keys(request, tokens);
+            let found = match &self.shared {
+                Some(shared) => shared.lookup(&keys).await.unwrap_or_else(|e| {
+                    tracing::debug!(error = %e, "No shared prefix scores for this request");
+                    Vec::new()
+                }),
+                None => self.metrics.timed_lookup(&self.index, &keys),
+            };
+            let per_endpoint = found
+                .into_iter()
+                .map(|m| (m.endpoint, MatchInfo { match_blocks: m.blocks, weighted_blocks: m.weighted }))
+                .collect();
+            PrefixMatches {
+                block_size_tokens: self.derived.block_size,
+                total_blocks: keys.len(),
+                keys: keys.into(),
+                per_endpoint,
+            }
+        })
+    }
+}
+
 impl PrefixSource for PrecisePrefixProducer {
     fn source_name(&self) -> &PluginName {
         &self.name
@@ -213,7 +267,7 @@ fn sources(store: &EndpointStore) -> Vec<KvEventSource> {
 async fn follow_endpoints(
     store: EndpointStore,
     tx: watch::Sender<Vec<KvEventSource>>,
-    index: Arc<PrefixIndex>,
+    index: IndexSink,
     metrics: Arc<KvCacheMetrics>,
     cancel: tokio_util::sync::CancellationToken,
 ) {
@@ -227,10 +281,12 @@ async fn follow_endpoints(
         let now = sources(&store);
         let names: HashSet<Arc<str>> = now.iter().map(|s| s.name.clone()).collect();
         for gone in known.difference(&names) {
-            index.remove_endpoint(gone);
+            index.remove_endpoint(gone).await;
             metrics.forget_endpoint(gone);
             tracing::info!(endpoint = %gone, "Endpoint left: its KV cache entries were purged");
         }
+        // After the purge: the shared index finds departed endpoints by their old address.
+        index.set_sources(&now);
         known = names;
         if tx.send(now).is_err() {
             return;
@@ -250,17 +306,20 @@ impl BackgroundService for PrecisePrefixProducer {
                 None => None,
             };
             let config: SubscriberConfig = self.derived.subscriber.clone();
-            let handle =
-                Subscriber::spawn(config, self.index.clone(), self.metrics.clone(), drift, rx, cx.cancel.clone())
-                    .await
-                    .map_err(|e| ServiceStartError::new(&self.name, "", e))?;
-            tokio::spawn(follow_endpoints(
-                cx.endpoints.clone(),
-                tx,
-                self.index.clone(),
-                self.metrics.clone(),
-                cx.cancel.clone(),
-            ));
+            let sink = match &self.shared {
+                Some(shared) => {
+                    if let Err(e) = shared.connect().await {
+                        tracing::warn!(error = %e, "Redis index not reachable at start; retrying on use");
+                    }
+                    IndexSink::from(shared.clone())
+                }
+                None => IndexSink::from(self.index.clone()),
+            };
+            sink.set_sources(&rx.borrow());
+            let handle = Subscriber::spawn(config, sink.clone(), self.metrics.clone(), drift, rx, cx.cancel.clone())
+                .await
+                .map_err(|e| ServiceStartError::new(&self.name, "", e))?;
+            tokio::spawn(follow_endpoints(cx.endpoints.clone(), tx, sink, self.metrics.clone(), cx.cancel.clone()));
             if let Some(ledger) = &self.speculative {
                 let (index, metrics) = (self.index.clone(), self.metrics.clone());
                 tokio::spawn(expire_speculation(ledger.clone(), index, metrics, cx.cancel.clone()));

@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::kvcache::index::{IndexConfig, KeyMode, TierWeights};
+use crate::kvcache::redis_index::{DEFAULT_LOOKUP_TIMEOUT, DEFAULT_WRITE_TIMEOUT, RedisIndexConfig, address};
 use crate::kvcache::subscriber::WireLimits;
 use crate::kvcache::{DriftConfig, HashAlgo, RequestKeyAlgo, RequestKeyer, SubscriberConfig, VllmHasher, VllmVersion};
 
@@ -66,12 +67,29 @@ pub struct KvBlockIndexConfig {
     pub in_memory_config: Option<InMemoryConfig>,
     /// Cost-aware index (not available: rejected).
     pub cost_aware_memory_config: Option<serde_json::Value>,
-    /// Redis index (not available: rejected).
-    pub redis_config: Option<serde_json::Value>,
+    /// Redis index shared by replicas (llm-d's key layout).
+    pub redis_config: Option<RedisConfig>,
     /// Index metrics (always on in epp).
     pub enable_metrics: bool,
     /// Accepted for compatibility.
     pub metrics_logging_interval: Option<serde_json::Value>,
+}
+
+/// `redisConfig`: llm-d's `RedisIndexConfig` plus epp's decision-path bounds.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct RedisConfig {
+    /// `redis://`, `rediss://`, `unix://`, `valkey://`, `valkeys://`, or `host:port`.
+    pub address: String,
+    /// `redis` (default) or `valkey`; documentation only, as in llm-d.
+    pub backend_type: String,
+    /// Accepted like llm-d (which also connects over TCP).
+    #[serde(rename = "enableRDMA")]
+    pub enable_rdma: bool,
+    /// epp extension: bound of one decision-path lookup (default `20ms`).
+    pub lookup_timeout: Option<String>,
+    /// epp extension: bound of each write round trip (default `2s`).
+    pub write_timeout: Option<String>,
 }
 
 /// `inMemoryConfig`.
@@ -178,6 +196,8 @@ pub struct Derived {
     pub engine_hasher: Option<VllmHasher>,
     /// Block size used to cut prompts.
     pub block_size: usize,
+    /// The shared index, when `redisConfig` selects it.
+    pub redis: Option<RedisIndexConfig>,
     /// Lifetime of speculative entries when `speculativeIndexing` is on (`speculativeTTL`,
     /// 2s when unset or not positive); `None` when off.
     pub speculative: Option<Duration>,
@@ -199,10 +219,10 @@ impl Params {
             return Err(("tokenProcessorConfig.blockSizeTokens".into(), "must be > 0".into()));
         }
         let kb = &self.indexer_config.kv_block_index_config;
-        if kb.redis_config.is_some() || kb.cost_aware_memory_config.is_some() {
+        if kb.cost_aware_memory_config.is_some() {
             return Err((
-                "indexerConfig.kvBlockIndexConfig".into(),
-                "only inMemoryConfig is available in this build (redisConfig and costAwareMemoryConfig are not)".into(),
+                "indexerConfig.kvBlockIndexConfig.costAwareMemoryConfig".into(),
+                "not available in this build (use inMemoryConfig or redisConfig)".into(),
             ));
         }
         let version = match &tp.vllm_version {
@@ -323,8 +343,43 @@ impl Params {
         };
         let ttl = if ttl.is_zero() { DEFAULT_SPECULATIVE_TTL } else { ttl };
         let speculative = self.speculative_indexing.then_some(ttl);
-        Ok(Derived { index, subscriber, drift, engine_hasher, block_size, speculative })
+        let redis = match &kb.redis_config {
+            Some(rc) => Some(derive_redis(rc, &index)?),
+            None => None,
+        };
+        if redis.is_some() && speculative.is_some() {
+            return Err((
+                "speculativeIndexing".into(),
+                "not available with kvBlockIndexConfig.redisConfig (speculative entries are per replica)".into(),
+            ));
+        }
+        Ok(Derived { index, subscriber, drift, engine_hasher, block_size, redis, speculative })
     }
+}
+
+/// `redisConfig` -> the Redis index settings (address checked, timeouts parsed).
+fn derive_redis(rc: &RedisConfig, index: &IndexConfig) -> Result<RedisIndexConfig, (String, String)> {
+    const PATH: &str = "indexerConfig.kvBlockIndexConfig.redisConfig";
+    address::client(&rc.address).map_err(|e| (format!("{PATH}.address"), e.to_string()))?;
+    if !matches!(rc.backend_type.as_str(), "" | "redis" | "valkey") {
+        return Err((format!("{PATH}.backendType"), format!("unknown backend {:?} (redis, valkey)", rc.backend_type)));
+    }
+    let timeout = |name: &str, value: &Option<String>, default: Duration| -> Result<Duration, (String, String)> {
+        let Some(text) = value.as_deref() else { return Ok(default) };
+        let path = || format!("{PATH}.{name}");
+        let d = humantime::parse_duration(text.trim()).map_err(|e| (path(), e.to_string()))?;
+        if d.is_zero() {
+            return Err((path(), "must be positive".into()));
+        }
+        Ok(d)
+    };
+    Ok(RedisIndexConfig {
+        address: rc.address.clone(),
+        lookup_timeout: timeout("lookupTimeout", &rc.lookup_timeout, DEFAULT_LOOKUP_TIMEOUT)?,
+        write_timeout: timeout("writeTimeout", &rc.write_timeout, DEFAULT_WRITE_TIMEOUT)?,
+        key_mode: index.key_mode.clone(),
+        tier_weights: index.tier_weights,
+    })
 }
 
 #[cfg(test)]
@@ -382,5 +437,35 @@ mod tests {
             let params: Params = serde_yaml::from_str(yaml).expect("parses");
             assert_eq!(params.derive().expect_err(yaml).0, path);
         }
+    }
+
+    #[test]
+    fn redis_config_selects_the_shared_index_and_checks_its_fields() {
+        let yaml =
+            "indexerConfig: {kvBlockIndexConfig: {redisConfig: {address: 'redis-master:6379', lookupTimeout: 5ms}}}";
+        let redis = serde_yaml::from_str::<Params>(yaml).expect("parses").derive().expect("derives").redis;
+        let redis = redis.expect("redis selected");
+        assert_eq!((redis.address.as_str(), redis.lookup_timeout), ("redis-master:6379", Duration::from_millis(5)));
+        assert_eq!(redis.write_timeout, DEFAULT_WRITE_TIMEOUT);
+        let base = "indexerConfig.kvBlockIndexConfig.redisConfig";
+        for (yaml, path) in [
+            ("{address: 'http://h:1'}", format!("{base}.address")),
+            ("{address: ''}", format!("{base}.address")),
+            ("{address: 'redis://h:notaport'}", format!("{base}.address")),
+            ("{address: 'h:1', backendType: memcached}", format!("{base}.backendType")),
+            ("{address: 'h:1', lookupTimeout: 0s}", format!("{base}.lookupTimeout")),
+            ("{address: 'h:1', writeTimeout: soon}", format!("{base}.writeTimeout")),
+        ] {
+            let full = format!("indexerConfig: {{kvBlockIndexConfig: {{redisConfig: {yaml}}}}}");
+            let params: Params = serde_yaml::from_str(&full).expect(&full);
+            assert_eq!(params.derive().expect_err(&full).0, path, "{full}");
+        }
+        let spec = "speculativeIndexing: true\nindexerConfig: {kvBlockIndexConfig: {redisConfig: {address: 'h:1'}}}";
+        let params: Params = serde_yaml::from_str(spec).expect("parses");
+        assert_eq!(params.derive().expect_err("speculative").0, "speculativeIndexing");
+        let cost = "indexerConfig: {kvBlockIndexConfig: {costAwareMemoryConfig: {size: 2GiB}}}";
+        let params: Params = serde_yaml::from_str(cost).expect("parses");
+        assert_eq!(params.derive().expect_err("cost").0, "indexerConfig.kvBlockIndexConfig.costAwareMemoryConfig");
+        assert!(derive(false, None).expect("default").redis.is_none());
     }
 }
