@@ -195,7 +195,8 @@ impl Replicated {
                 handle,
             )?;
             if let Some(s) = &sync {
-                s.spawn(&mut tasks, &cancel);
+                // The store is filled above: the endpoints are known from the start.
+                s.spawn(&mut tasks, &cancel, tokio::sync::watch::channel(true).1);
             }
             replicas.push(Replica { router, sync, registry, channel: Channel::new(fleet.events, fleet.pods, seed) });
         }
