@@ -125,6 +125,24 @@ pub struct SimArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Replica counts to run behind a round-robin gateway (e.g. `1,2,4`); each replica is a
+    /// scheduler with its own state (docs/sim.md#replicas). Default policy: approximate.
+    #[arg(long, value_delimiter = ',')]
+    pub replicas: Vec<usize>,
+    /// With `--replicas`: share state through this Redis (`redis://...`), or `auto` to start
+    /// a redis-server on loopback; every count then runs without and with sync, alternating.
+    #[arg(long)]
+    pub replica_sync: Option<String>,
+    /// With `--replicas`: repeat each without/with-sync pair this many times.
+    #[arg(long, default_value_t = 1)]
+    pub replica_rounds: usize,
+    /// With `--replicas`: instead of the fleet simulation, route the workload's prompts at
+    /// this many decisions per wall second over idle pods (sync lag and Redis cost under load).
+    #[arg(long)]
+    pub decision_rate: Option<f64>,
+    /// With `--decision-rate`: seconds per run.
+    #[arg(long, default_value_t = 10.0)]
+    pub decision_seconds: f64,
 }
 
 /// Benchmark subcommands.

@@ -79,6 +79,9 @@ pub fn sim(args: &SimArgs) -> anyhow::Result<()> {
         }
         return Ok(());
     }
+    if !args.replicas.is_empty() {
+        return super::replica_command::run(args, &scenario);
+    }
     let policies: Vec<Policy> = if args.policy.is_empty() { Policy::ALL.to_vec() } else { args.policy.clone() };
     let reports = if args.wire {
         super::wire::run_policies(&scenario, &policies, args.wire_speed)?
@@ -95,7 +98,7 @@ pub fn sim(args: &SimArgs) -> anyhow::Result<()> {
 }
 
 /// One line describing the scenario.
-fn headline(scenario: &Scenario) -> String {
+pub fn headline(scenario: &Scenario) -> String {
     let w = &scenario.workload;
     format!(
         "{:?}: {} pods x {} KV blocks of {} tokens; {} groups x {} users, {}/{}/{} tokens; {} requests at {} qps{}; seed {}",
@@ -148,6 +151,11 @@ pub fn demo_args(seed: u64) -> SimArgs {
         preset: None,
         scrape_interval_ms: 50.0,
         json: false,
+        replicas: Vec::new(),
+        replica_sync: None,
+        replica_rounds: 1,
+        decision_rate: None,
+        decision_seconds: 10.0,
     }
 }
 

@@ -56,25 +56,29 @@ impl Fabric for InProcess {
         }
     }
 
-    /// Writes every pod's load into the store, stamped now (the scorers check freshness
-    /// against real time).
     fn publish_load(&mut self, pods: &[Pod]) {
-        let snapshot = self.store.snapshot();
-        for (i, pod) in pods.iter().enumerate() {
-            let Some(entry) = snapshot.get(&pod_name(i)) else { continue };
-            entry.metrics.store(Arc::new(MetricsState {
-                metrics: pod_metrics(pod, &self.fleet),
-                updated_at: Some(tokio::time::Instant::now()),
-                last_scrape_failed: false,
-                invalid: false,
-            }));
-        }
+        publish_load(&self.store, pods, &self.fleet);
     }
 
     fn advance_to(&mut self, _at: f64) {}
 
     fn channel_stats(&self) -> ChannelStats {
         self.channel.stats()
+    }
+}
+
+/// Writes every pod's load into `store`, stamped now (the scorers check freshness against
+/// real time).
+pub fn publish_load(store: &EndpointStore, pods: &[Pod], fleet: &FleetConfig) {
+    let snapshot = store.snapshot();
+    for (i, pod) in pods.iter().enumerate() {
+        let Some(entry) = snapshot.get(&pod_name(i)) else { continue };
+        entry.metrics.store(Arc::new(MetricsState {
+            metrics: pod_metrics(pod, fleet),
+            updated_at: Some(tokio::time::Instant::now()),
+            last_scrape_failed: false,
+            invalid: false,
+        }));
     }
 }
 

@@ -15,6 +15,10 @@
 //! - `sweep`: precise routing over a ladder of KV-event delays and losses.
 //! - `wire`: wire mode: the pods behind real `/metrics` HTTP servers and ZeroMQ publishers,
 //!   routed by a real epp over ext_proc on loopback.
+//! - `replicas`: `--replicas N`: N schedulers, each with its own state, behind a round-robin
+//!   gateway, sharing state through Redis with epp's replica sync (or not); `redis_server`
+//!   starts the tool's own redis-server and reads Redis's CPU and memory; `sync_stats` sums
+//!   the replicas' sync metrics (messages, lag quantiles).
 //! - `report`: per-policy metrics and tables.
 //! - `command`: the `epp sim` / `epp demo` entry points.
 //!
@@ -35,9 +39,13 @@ pub mod inproc;
 pub mod kv;
 pub mod pod;
 pub mod preset;
+pub mod redis_server;
+pub mod replica_command;
+pub mod replicas;
 pub mod report;
 pub mod router;
 pub mod sweep;
+pub mod sync_stats;
 pub mod timing;
 pub mod wire;
 pub mod workload;

@@ -33,6 +33,10 @@ pub struct PolicyReport {
     pub regret: Option<f64>,
     /// Mean wall time of one routing decision, microseconds.
     pub decision_us: f64,
+    /// Median wall time of one routing decision, microseconds.
+    pub decision_p50_us: f64,
+    /// 99th percentile wall time of one routing decision, microseconds.
+    pub decision_p99_us: f64,
     /// Requests per pod.
     pub per_pod: Vec<usize>,
     /// Mean number of distinct pods each prefix group (first prompt block) was sent to:
@@ -64,6 +68,8 @@ pub fn summarize(run: &RunResult, pods: usize, wall_s: f64) -> PolicyReport {
             *n += 1;
         }
     }
+    let mut decisions = run.decision_seconds.clone();
+    decisions.sort_by(f64::total_cmp);
     let mean = run.records.len() as f64 / pods.max(1) as f64;
     let max = per_pod.iter().copied().max().unwrap_or(0) as f64;
     PolicyReport {
@@ -80,6 +86,8 @@ pub fn summarize(run: &RunResult, pods: usize, wall_s: f64) -> PolicyReport {
         } else {
             run.decision_seconds.iter().sum::<f64>() / run.decision_seconds.len() as f64 * 1e6
         },
+        decision_p50_us: percentile(&decisions, 50.0) * 1e6,
+        decision_p99_us: percentile(&decisions, 99.0) * 1e6,
         per_pod,
         pods_per_group: pods_per_group(&run.records),
         evictions: run.evictions,

@@ -17,6 +17,7 @@ use epp::endpoints::store::EndpointStore;
 use epp::framework::ScheduleError;
 use epp::framework::build::BuildContext;
 use epp::framework::handles::RandomSource;
+use epp::framework::replica::ReplicaHandle;
 use epp::kvcache::PrefixIndex;
 use epp::request::InferenceRequest;
 use epp::request::openai::{ApiKind, ParsedBody, Prompt};
@@ -116,6 +117,9 @@ pub enum RouteError {
         #[source]
         source: super::wire::WireError,
     },
+    /// Replica mode: the replicas did not apply each other's updates in time.
+    #[error("replica sync: {0}")]
+    Sync(String),
     /// The scheduler chose an endpoint the simulator does not know.
     #[error("scheduler chose unknown endpoint {0:?}")]
     UnknownEndpoint(String),
@@ -140,10 +144,22 @@ impl Router {
         block_size: usize,
         random: RandomSource,
     ) -> Result<Self, RouteError> {
+        Self::with_replica(policy, store, block_size, random, ReplicaHandle::default())
+    }
+
+    /// As [`Router::new`], the plugins sharing what they learn through `replica` (one
+    /// replica of several, `sim::replicas`).
+    pub fn with_replica(
+        policy: Policy,
+        store: EndpointStore,
+        block_size: usize,
+        random: RandomSource,
+        replica: ReplicaHandle,
+    ) -> Result<Self, RouteError> {
         let mut loaded = None;
         let mut index = None;
         if policy.uses_scheduler() {
-            let cx = BuildContext { endpoints: store.clone(), random, ..Default::default() };
+            let cx = BuildContext { endpoints: store.clone(), random, replica, ..Default::default() };
             let text = policy.config_text(block_size, false);
             let l = load_config(text.as_deref(), &cx, SchedulerMetrics::detached())
                 .map_err(|source| RouteError::Config { policy: policy.name(), source })?;

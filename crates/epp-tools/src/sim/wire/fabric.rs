@@ -27,7 +27,8 @@ use epp::kvcache::events::EventBatch;
 /// Routing, KV events and load of one wire-mode run.
 pub struct WireFabric {
     rt: Handle,
-    client: Client,
+    clients: Vec<Client>,
+    next: usize,
     pods: Vec<PodServer>,
     by_addr: HashMap<String, usize>,
     /// Sequence numbers already used per pod (the subscription probes).
@@ -51,8 +52,8 @@ impl std::fmt::Debug for WireFabric {
 pub struct WireParts {
     /// Runtime the sockets and epp run on (the simulator thread blocks on it).
     pub rt: Handle,
-    /// Connected ext_proc client.
-    pub client: Client,
+    /// Connected ext_proc clients, one per epp replica; requests go round robin.
+    pub clients: Vec<Client>,
     /// The pods' listeners, by pod index.
     pub pods: Vec<PodServer>,
     /// Sequence numbers already used per pod.
@@ -61,7 +62,7 @@ pub struct WireParts {
     pub wants_events: bool,
     /// Simulated seconds per wall second.
     pub speed: f64,
-    /// epp's `epp_kv_sequence_gaps_total`.
+    /// epp's `epp_kv_sequence_gaps_total` (summed over the replicas).
     pub gaps: Box<dyn Fn() -> u64 + Send>,
 }
 
@@ -73,7 +74,8 @@ impl WireFabric {
         let faults = ChannelConfig { delay: 0.0, jitter: 0.0, loss: fleet.events.loss };
         Self {
             rt: parts.rt,
-            client: parts.client,
+            clients: parts.clients,
+            next: 0,
             by_addr,
             seq_base: parts.seq_base,
             channel: Channel::new(faults, parts.pods.len(), seed),
@@ -101,10 +103,15 @@ fn body(req: &SimRequest) -> Vec<u8> {
 impl Fabric for WireFabric {
     fn route(&mut self, req: &SimRequest, _pods: &[Pod]) -> Result<(usize, f64), RouteError> {
         let body = body(req);
+        let replica = self.next % self.clients.len().max(1);
+        self.next += 1;
+        let Some(conn) = self.clients.get_mut(replica) else {
+            return Err(RouteError::Wire { request: req.id, source: client::WireError::NoDestination });
+        };
         let started = Instant::now();
         let dest = self
             .rt
-            .block_on(client::route(&mut self.client, body))
+            .block_on(client::route(conn, body))
             .map_err(|source| RouteError::Wire { request: req.id, source })?;
         let seconds = started.elapsed().as_secs_f64();
         let pod = self.by_addr.get(&dest).copied().ok_or(RouteError::UnknownEndpoint(dest))?;

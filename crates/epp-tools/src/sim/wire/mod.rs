@@ -5,6 +5,10 @@
 //! a static endpoints file naming each pod's address and `kvEventsEndpoint`. Simulated time
 //! is paced by the wall clock (`fabric`), so keep runs small (a few pods, a few seconds).
 //!
+//! With `--replicas N` (`run_replicas`) N such epp servers (each an `App` with its own
+//! ports, state and registry, in this process) sit behind a round-robin gateway, sharing
+//! state through Redis when `--replica-sync` is given; sync runs at its real pace.
+//!
 //! Harness-side policies (round-robin, oracle) do not involve epp and run in process.
 //! Results are not reproducible to the digit: scrape timing, event delivery and picker
 //! tie-breaks follow the real clock and epp's own threads.
@@ -25,11 +29,14 @@ use pods::PodServer;
 
 use super::inproc::pod_metrics;
 use super::pod::Pod;
+use super::replicas::{RedisWatch, ReplicaReport, SyncTarget};
 use super::router::MODEL;
+use super::sync_stats::{self, SyncStats};
 use super::{Policy, PolicyReport, Scenario, engine, report, workload};
 use epp::app::{App, Settings};
 use epp::endpoints::vllm_metrics::vllm_exposition;
 use epp::kvcache::events::EventBatch;
+use epp::replica::SyncSettings;
 
 /// Bound on each setup wait (scrapes seen, subscriptions joined).
 const SETUP_WAIT: Duration = Duration::from_secs(10);
@@ -58,6 +65,20 @@ fn run_one(
     requests: &[workload::SimRequest],
     speed: f64,
 ) -> anyhow::Result<PolicyReport> {
+    Ok(run_replicated(rt, scenario, policy, requests, speed, 1, None)?.0)
+}
+
+/// Runs `policy` through `replicas` epp servers behind a round-robin gateway (each with
+/// `--replica-sync-url` when `sync` is given); also returns their sync metrics.
+fn run_replicated(
+    rt: &tokio::runtime::Runtime,
+    scenario: &Scenario,
+    policy: Policy,
+    requests: &[workload::SimRequest],
+    speed: f64,
+    replicas: usize,
+    sync: Option<&SyncTarget>,
+) -> anyhow::Result<(PolicyReport, SyncStats)> {
     let fleet = &scenario.fleet;
     let cancel = CancellationToken::new();
     let mut pods = rt.block_on(async {
@@ -72,36 +93,74 @@ fn run_one(
         p.set_metrics(idle.clone());
     }
     let file = EndpointsFile::write(&pods)?;
-    let mut settings = Settings::loopback();
-    settings.endpoints_file = Some(file.0.clone());
-    settings.config_text = policy.config_text(fleet.pod.block_size, true);
-    settings.refresh_metrics_interval = Duration::from_secs_f64((fleet.scrape_interval / speed.max(1e-3)).max(0.005));
-    let app = rt.block_on(App::start(settings)).context("starting epp")?;
-    let result = (|| {
-        rt.block_on(wait_scraped(&app))?;
+    let mut apps = Vec::with_capacity(replicas.max(1));
+    let mut started = Ok(());
+    for _ in 0..replicas.max(1) {
+        let mut settings = Settings::loopback();
+        settings.endpoints_file = Some(file.0.clone());
+        settings.config_text = policy.config_text(fleet.pod.block_size, true);
+        settings.refresh_metrics_interval =
+            Duration::from_secs_f64((fleet.scrape_interval / speed.max(1e-3)).max(0.005));
+        settings.replica_sync = sync.map(|t| SyncSettings { key: t.key.clone(), ..SyncSettings::new(t.url.clone()) });
+        match rt.block_on(App::start(settings)).context("starting epp") {
+            Ok(app) => apps.push(app),
+            Err(e) => {
+                started = Err(e);
+                break;
+            }
+        }
+    }
+    let result = started.and_then(|()| {
         let wants_events = policy == Policy::Precise;
-        let seq_base =
-            if wants_events { rt.block_on(join_subscriptions(&app, &mut pods))? } else { vec![0; pods.len()] };
-        let client = rt.block_on(client::connect(app.grpc_addr))?;
-        let registry = app.registry.clone();
+        let mut seq_base = vec![0; pods.len()];
+        let mut clients = Vec::with_capacity(apps.len());
+        for app in &apps {
+            rt.block_on(wait_scraped(app))?;
+            if wants_events {
+                rt.block_on(join_subscriptions(app, &mut pods, &mut seq_base))?;
+            }
+            clients.push(rt.block_on(client::connect(app.grpc_addr))?);
+        }
+        let registries: Vec<prometheus::Registry> = apps.iter().map(|a| a.registry.clone()).collect();
         let parts = WireParts {
             rt: rt.handle().clone(),
-            client,
+            clients,
             pods,
             seq_base,
             wants_events,
             speed,
-            gaps: Box::new(move || counter(&registry, "epp_kv_sequence_gaps_total")),
+            gaps: Box::new(move || registries.iter().map(|r| counter(r, "epp_kv_sequence_gaps_total")).sum()),
         };
         let seed = scenario.workload.seed.wrapping_add(policy as u64);
         let mut fabric = WireFabric::new(parts, fleet, seed);
         let wall = Instant::now();
         let run = engine::run(policy, &mut fabric, fleet, requests, &mut |_| {})?;
-        Ok::<_, anyhow::Error>(report::summarize(&run, fleet.pods, wall.elapsed().as_secs_f64()))
-    })();
+        let report = report::summarize(&run, fleet.pods, wall.elapsed().as_secs_f64());
+        let registries: Vec<&prometheus::Registry> = apps.iter().map(|a| &a.registry).collect();
+        Ok::<_, anyhow::Error>((report, sync_stats::gather(&registries)))
+    });
     cancel.cancel();
-    rt.block_on(app.shutdown());
+    for app in apps {
+        rt.block_on(app.shutdown());
+    }
     result
+}
+
+/// `sim --wire --replicas N`: `policy` through `replicas` epp servers, each an `App` on its
+/// own loopback ports with its own state and registry, sharing through `sync` when given.
+pub fn run_replicas(
+    scenario: &Scenario,
+    policy: Policy,
+    replicas: usize,
+    sync: Option<&SyncTarget>,
+    speed: f64,
+) -> anyhow::Result<ReplicaReport> {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let requests = workload::generate(&scenario.workload);
+    let watch = RedisWatch::start(sync)?;
+    let (run, sync_stats) = run_replicated(&rt, scenario, policy, &requests, speed, replicas, sync)?;
+    let redis = watch.map(|w| w.finish(requests.len())).transpose()?;
+    Ok(ReplicaReport { replicas: replicas.max(1), sync: sync.is_some(), run, sync_stats, redis })
 }
 
 /// Waits until epp has scraped every pod once.
@@ -119,17 +178,16 @@ async fn wait_scraped(app: &App) -> anyhow::Result<()> {
 }
 
 /// Publishes empty batches from each pod in turn until epp has received one (a PUB socket
-/// drops what it sends before the subscriber has joined); returns the sequence numbers used.
-async fn join_subscriptions(app: &App, pods: &mut [PodServer]) -> anyhow::Result<Vec<u64>> {
+/// drops what it sends before the subscriber has joined); `next_seq` holds each pod's next
+/// sequence number and advances past the ones used.
+async fn join_subscriptions(app: &App, pods: &mut [PodServer], next_seq: &mut [u64]) -> anyhow::Result<()> {
     const RECEIVED: &str = "epp_kv_messages_received_total";
-    let mut used = Vec::with_capacity(pods.len());
-    for pod in pods.iter_mut() {
+    for (pod, seq) in pods.iter_mut().zip(next_seq.iter_mut()) {
         let before = counter(&app.registry, RECEIVED);
         let deadline = Instant::now() + SETUP_WAIT;
-        let mut seq = 0;
         loop {
-            pod.publish(seq, &EventBatch::default()).await?;
-            seq += 1;
+            pod.publish(*seq, &EventBatch::default()).await?;
+            *seq += 1;
             app.flush().await;
             if counter(&app.registry, RECEIVED) > before {
                 break;
@@ -138,9 +196,8 @@ async fn join_subscriptions(app: &App, pods: &mut [PodServer]) -> anyhow::Result
             // The subscriber connects on its own schedule; poll it at a modest rate.
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        used.push(seq);
     }
-    Ok(used)
+    Ok(())
 }
 
 /// Sum of a counter family's values in `registry`.

@@ -1,0 +1,101 @@
+//! `sim --replicas`: replicas of epp's scheduler behind a round-robin gateway, sharing state
+//! through a real redis-server (started by the tool itself, `--replica-sync auto`) with epp's
+//! replica-sync module. On multi-turn chat every follow-up reaches another replica than the
+//! turn before it; with sync the two replicas route as one. Small and bounded: 128 requests,
+//! every wait inside the tool capped (redis-server's ready line, convergence after each
+//! decision: 10 s).
+
+use std::process::Command;
+
+use epp_tools::sim::command::{demo_args, scenario};
+use epp_tools::sim::redis_server::RedisChild;
+use epp_tools::sim::replicas::{self, SyncTarget};
+use epp_tools::sim::{Policy, WorkloadKind};
+use serde_json::Value;
+
+const MULTI_TURN: &[&str] = &[
+    "--workload=multi-turn",
+    "--pods=4",
+    "--groups=4",
+    "--users=16",
+    "--turns=4",
+    "--system-tokens=512",
+    "--question-tokens=64",
+    "--output-tokens=32",
+    "--requests=128",
+    "--qps=16",
+];
+
+fn field<'a>(row: &'a Value, path: &str) -> &'a Value {
+    path.split('.').fold(row, |v, k| &v[k])
+}
+
+#[test]
+fn two_synced_replicas_hit_the_cache_more_than_two_unsynced_ones() {
+    let out = Command::new(env!("CARGO_BIN_EXE_epp-tools"))
+        .arg("sim")
+        .args(MULTI_TURN)
+        .args(["--replicas=1,2", "--replica-sync=auto", "--json"])
+        .output()
+        .expect("epp-tools runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let json: Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+    let rows = json["replica_runs"].as_array().expect("replica_runs");
+    let row = |n: u64, sync: bool| {
+        rows.iter().find(|r| r["replicas"] == n && r["sync"] == sync).unwrap_or_else(|| panic!("row {n} {sync}"))
+    };
+    let summary = serde_json::to_string_pretty(rows).unwrap_or_default();
+    assert_eq!(rows.len(), 4, "1 and 2 replicas, each without and with sync: {summary}");
+    for r in rows {
+        assert_eq!(r["run"]["completed"], 128, "{summary}");
+        for f in [
+            "run.hit_rate",
+            "run.ttft_p50_s",
+            "run.ttft_p90_s",
+            "run.decision_p50_us",
+            "run.decision_p99_us",
+            "sync_stats.lag_p50_ms",
+            "sync_stats.lag_p99_ms",
+            "sync_stats.sent",
+            "sync_stats.applied",
+            "sync_stats.dropped",
+        ] {
+            assert!(field(r, f).is_number(), "{f} missing: {summary}");
+        }
+    }
+    let hit = |n, sync| field(row(n, sync), "run.hit_rate").as_f64().expect("hit rate");
+    assert!(hit(2, true) > hit(2, false) + 0.05, "sync raises two replicas' hit rate: {summary}");
+    assert!((hit(2, true) - hit(1, false)).abs() <= 0.02, "two synced replicas route as one: {summary}");
+    let synced = row(2, true);
+    assert!(field(synced, "sync_stats.sent").as_u64() >= Some(128), "one prefix update per decision: {summary}");
+    assert!(field(synced, "sync_stats.applied").as_u64() >= Some(128), "each applied the other's: {summary}");
+    assert_eq!(field(synced, "sync_stats.dropped"), 0, "{summary}");
+    assert!(field(synced, "sync_stats.lag_p99_ms").as_f64() > Some(0.0), "lag measured: {summary}");
+    assert!(field(synced, "redis.stream_entries").as_u64() >= Some(128), "{summary}");
+    assert!(row(2, false)["redis"].is_null() && field(row(2, false), "sync_stats.sent") == 0, "{summary}");
+}
+
+#[test]
+fn a_fixed_rate_run_reports_decision_times_lag_and_redis_cost() {
+    let mut a = demo_args(7);
+    a.workload = WorkloadKind::MultiTurn;
+    (a.pods, a.groups, a.users, a.turns, a.requests) = (4, 4, 8, 2, 32);
+    (a.system_tokens, a.question_tokens, a.output_tokens) = (256, 32, 8);
+    let s = scenario(&a);
+    let redis = RedisChild::start().expect("redis-server starts");
+    let target = SyncTarget { url: redis.url().to_string(), key: "test:rate".into() };
+    // 100 decisions at 400/s: a quarter of a second.
+    let on = replicas::rate_run(&s, Policy::Approximate, 2, Some(&target), 400.0, 0.25).expect("rate run");
+    let summary = format!("{on:#?}");
+    assert_eq!(on.decisions, 100, "{summary}");
+    assert!(on.decision_p99_us >= on.decision_p50_us && on.decision_p50_us > 0.0, "{summary}");
+    assert!(on.sync_stats.sent >= 100 && on.sync_stats.applied >= 100, "{summary}");
+    // Updates read during a reader's first catch-up page carry no lag sample.
+    assert!(on.sync_stats.lag_samples >= 50 && on.sync_stats.lag_p99_ms > 0.0, "{summary}");
+    let redis_usage = on.redis.expect("Redis cost measured with sync");
+    // `used_memory` growth over a 100-entry stream is within the allocator's noise (it can be
+    // negative); only the entry count is checked here.
+    assert!(redis_usage.stream_entries >= 100 && redis_usage.cpu_s > 0.0, "{summary}");
+    let off = replicas::rate_run(&s, Policy::Approximate, 2, None, 400.0, 0.25).expect("rate run");
+    assert_eq!((off.decisions, off.sync_stats.sent), (100, 0), "{off:#?}");
+}
