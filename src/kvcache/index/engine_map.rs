@@ -84,17 +84,17 @@ struct TierMap {
 impl TierMap {
     fn get(&self, engine: u64) -> Option<Refs> {
         if let Some(rs) = self.exact_get(engine) {
-            return Some(match **rs {
+            return Some(match *rs {
                 [r] => Refs::One(r),
-                _ => Refs::Many(rs.clone()),
+                _ => Refs::Many(rs.into()),
             });
         }
         self.one.get(fingerprint(engine)).map(Refs::One)
     }
 
     /// The exact entry of `engine` (most tiers have none: skip hashing).
-    fn exact_get(&self, engine: u64) -> Option<&Box<[u32]>> {
-        if self.exact.is_empty() { None } else { self.exact.get(&engine) }
+    fn exact_get(&self, engine: u64) -> Option<&[u32]> {
+        if self.exact.is_empty() { None } else { self.exact.get(&engine).map(|rs| &**rs) }
     }
 
     /// Records the mapping; false when `engine` already has one here.
