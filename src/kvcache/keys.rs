@@ -18,13 +18,77 @@
 
 use std::str::FromStr;
 
-use super::hashing::{CBOR_NULL, cbor_head, cbor_int, cbor_text};
+use super::hashing::{CBOR_NULL, cbor_head, cbor_text};
 
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
 
 fn fnv64a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(FNV_OFFSET, |h, b| (h ^ u64::from(*b)).wrapping_mul(FNV_PRIME))
+}
+
+/// FNV-1a fed with canonical CBOR items as they are encoded: the same value
+/// as `fnv64a` over the encoded bytes, without writing them anywhere. FNV-1a
+/// is one xor and one multiply per byte, each depending on the last, so a
+/// block key costs ~76 dependent steps; a zero byte skips the xor, which
+/// lets the compiler merge its multiply with the previous one.
+struct FnvCbor(u64);
+
+impl Default for FnvCbor {
+    fn default() -> Self {
+        FnvCbor(FNV_OFFSET)
+    }
+}
+
+impl FnvCbor {
+    #[inline(always)]
+    fn byte(&mut self, b: u8) {
+        self.0 = (self.0 ^ u64::from(b)).wrapping_mul(FNV_PRIME);
+    }
+
+    #[inline(always)]
+    fn zero(&mut self) {
+        self.0 = self.0.wrapping_mul(FNV_PRIME);
+    }
+
+    /// The low `n` bytes of `x`, big-endian.
+    #[inline(always)]
+    fn be(&mut self, x: u64, n: u32) {
+        for i in (0..n).rev() {
+            self.byte((x >> (8 * i)) as u8);
+        }
+    }
+
+    /// A CBOR head in the shortest form, as `cbor_head` writes it.
+    #[inline(always)]
+    fn head(&mut self, major: u8, arg: u64) {
+        let m = major << 5;
+        if arg < 24 {
+            self.byte(m | arg as u8);
+        } else if arg <= 0xff {
+            self.byte(m | 24);
+            self.byte(arg as u8);
+        } else if arg <= 0xffff {
+            self.byte(m | 25);
+            self.be(arg, 2);
+        } else if arg <= 0xff_ffff {
+            // Four argument bytes, the first one zero (token ids below 2^24).
+            self.byte(m | 26);
+            self.zero();
+            self.be(arg, 3);
+        } else if arg <= 0xffff_ffff {
+            self.byte(m | 26);
+            self.be(arg, 4);
+        } else {
+            self.byte(m | 27);
+            self.be(arg, 8);
+        }
+    }
+
+    fn text(&mut self, s: &str) {
+        self.head(3, s.len() as u64);
+        s.bytes().for_each(|b| self.byte(b));
+    }
 }
 
 /// Request-key algorithm (llm-d `hashAlgorithm`).
@@ -97,30 +161,32 @@ impl RequestKeyer {
         }
     }
 
-    /// Key of one block given its parent key; `buf` is scratch space.
+    /// Key of one block given its parent key; `buf` is scratch space (the
+    /// `cbor-fnv` key is hashed as it is encoded and does not use it).
     pub fn block_key(&self, parent: u64, tokens: &[u32], extras: &[&str], buf: &mut Vec<u8>) -> u64 {
-        buf.clear();
         match self.algo {
             RequestKeyAlgo::CborFnv => {
-                cbor_head(buf, 4, 3);
-                cbor_head(buf, 0, parent);
-                cbor_head(buf, 4, tokens.len() as u64);
+                let mut h = FnvCbor::default();
+                h.head(4, 3);
+                h.head(0, parent);
+                h.head(4, tokens.len() as u64);
                 for t in tokens {
-                    cbor_int(buf, i64::from(*t));
+                    h.head(0, u64::from(*t));
                 }
                 if extras.is_empty() {
-                    buf.push(CBOR_NULL);
+                    h.byte(CBOR_NULL);
                 } else {
-                    cbor_head(buf, 4, extras.len() as u64);
+                    h.head(4, extras.len() as u64);
                     for id in extras {
-                        cbor_head(buf, 5, 1);
-                        cbor_text(buf, "Hash");
-                        cbor_text(buf, id);
+                        h.head(5, 1);
+                        h.text("Hash");
+                        h.text(id);
                     }
                 }
-                fnv64a(buf)
+                h.0
             }
             RequestKeyAlgo::Xxh64 => {
+                buf.clear();
                 buf.extend_from_slice(&parent.to_le_bytes());
                 for t in tokens {
                     buf.extend_from_slice(&t.to_le_bytes());
@@ -211,7 +277,39 @@ mod tests {
         assert_eq!(align_blocks(0, 3).count(), 0);
     }
 
+    /// The `cbor-fnv` key as llm-d defines it: FNV-1a over the encoded bytes.
+    fn encoded_then_hashed(parent: u64, tokens: &[u32], extras: &[&str]) -> u64 {
+        use crate::kvcache::hashing::{PyValue, cbor};
+        let mut buf = Vec::new();
+        cbor_head(&mut buf, 4, 3);
+        cbor_head(&mut buf, 0, parent);
+        cbor(&mut buf, &PyValue::Ints(tokens));
+        if extras.is_empty() {
+            buf.push(CBOR_NULL);
+        } else {
+            cbor_head(&mut buf, 4, extras.len() as u64);
+            for id in extras {
+                cbor_head(&mut buf, 5, 1);
+                cbor_text(&mut buf, "Hash");
+                cbor_text(&mut buf, id);
+            }
+        }
+        fnv64a(&buf)
+    }
+
     proptest! {
+        #[test]
+        fn streamed_cbor_fnv_equals_hashing_the_encoding(
+            parent in any::<u64>(),
+            // Every CBOR argument width: < 24, one, two, three (zero top byte) and four bytes.
+            tokens in proptest::collection::vec(prop_oneof![0u32..24, 24u32..256, 256u32..65_536, 65_536u32..(1 << 24), any::<u32>()], 0..40),
+            extras in proptest::collection::vec("[a-z0-9]{0,30}", 0..3),
+        ) {
+            let extras: Vec<&str> = extras.iter().map(String::as_str).collect();
+            let got = RequestKeyer::default().block_key(parent, &tokens, &extras, &mut Vec::new());
+            prop_assert_eq!(got, encoded_then_hashed(parent, &tokens, &extras));
+        }
+
         #[test]
         fn chain_is_deterministic_and_prefix_stable(toks in proptest::collection::vec(any::<u32>(), 0..200), cut in 0usize..200, bs in 1usize..20) {
             let all = request_keys("m", None, &toks, bs);

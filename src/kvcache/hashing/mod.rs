@@ -12,7 +12,7 @@
 mod encode;
 
 pub use encode::PyValue;
-pub(crate) use encode::{CBOR_NULL, cbor, cbor_head, cbor_int, cbor_text, pickle};
+pub(crate) use encode::{CBOR_NULL, cbor, cbor_head, cbor_text, pickle};
 
 use sha2::{Digest as _, Sha256};
 use std::fmt;

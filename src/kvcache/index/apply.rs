@@ -19,7 +19,7 @@
 use super::engine_map::EngineMap;
 use super::holder::EndpointId;
 use super::table::{AddMode, RemoveMode, key_ref};
-use super::{KeyMode, PrefixIndex, write};
+use super::{KeyMode, PrefixIndex};
 use crate::kvcache::events::{BlockRemoved, BlockStored, EventBatch, EventKind, ExtraKey, KvEvent};
 use crate::kvcache::keys::align_blocks;
 
@@ -105,6 +105,9 @@ impl ApplyStats {
     }
 }
 
+/// How many engine blocks ahead a store prefetches the engine-map bucket.
+const MAP_AHEAD: usize = 8;
+
 const SUPPORTED_KINDS: [&str; 3] = ["full_attention", "mla_attention", "sink_full_attention"];
 
 /// True when the store's KV-cache kind cannot serve prefix routing (sliding window, mamba …).
@@ -170,9 +173,7 @@ impl PrefixIndex {
         let tier = s.tier().id();
         let (keyer, block_size) = match &self.config.key_mode {
             KeyMode::Engine { .. } => {
-                for h in &s.block_hashes {
-                    self.add(*h, ep, tier, AddMode::Set);
-                }
+                self.add_batch(&s.block_hashes, ep, tier, AddMode::Set);
                 stats.stored_blocks += s.block_hashes.len() as u64;
                 return EventOutcome::Applied;
             }
@@ -213,12 +214,22 @@ impl PrefixIndex {
         let extras = realign_extras(s, n_req);
         let req = keyer.chain(parent, &s.token_ids, block_size, &extras);
         if req.len() == s.block_hashes.len() {
-            // Equal block sizes (the common case): one request key per engine block.
-            for (h, k) in s.block_hashes.iter().zip(&req) {
+            // Equal block sizes (the common case): one request key per engine
+            // block. The engine map is updated first (its buckets prefetched a
+            // few blocks ahead), then the newly mapped keys go to the key
+            // tables in one batch.
+            let hashes = &s.block_hashes;
+            hashes.iter().take(MAP_AHEAD).for_each(|h| map.prefetch(*h, tier));
+            let mut fresh = Vec::with_capacity(req.len());
+            for (i, (h, k)) in hashes.iter().zip(&req).enumerate() {
+                if let Some(ahead) = hashes.get(i + MAP_AHEAD) {
+                    map.prefetch(*ahead, tier);
+                }
                 if map.hold(*h, &[key_ref(*k)], tier, cap) {
-                    self.add(*k, ep, tier, AddMode::Counted);
+                    fresh.push(*k);
                 }
             }
+            self.add_batch(&fresh, ep, tier, AddMode::Counted);
         } else {
             self.hold_aligned(&mut map, ep, tier, &s.block_hashes, &req);
         }
@@ -254,19 +265,19 @@ impl PrefixIndex {
         let tier = r.tier().id();
         stats.removed_blocks += r.block_hashes.len() as u64;
         if let KeyMode::Engine { .. } = self.config.key_mode {
-            for h in &r.block_hashes {
-                write(&self.shard(*h).table).remove(*h, ep, tier, RemoveMode::Force);
-            }
+            self.remove_batch(&r.block_hashes, ep, tier, RemoveMode::Force);
             return EventOutcome::Applied;
         }
         let Some(mut map) = self.engine_maps.get_mut(&(ep, rank)) else { return EventOutcome::UnknownBlock };
+        let mut released = Vec::with_capacity(r.block_hashes.len());
         let mut any = false;
         for h in &r.block_hashes {
             if let Some(refs) = map.release(*h, tier) {
                 any = true;
-                refs.as_slice().iter().for_each(|kref| self.release_ref(*kref, ep, tier));
+                released.extend_from_slice(refs.as_slice());
             }
         }
+        self.release_batch(&released, ep, tier);
         if any { EventOutcome::Applied } else { EventOutcome::UnknownBlock }
     }
 }

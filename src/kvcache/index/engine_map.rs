@@ -83,18 +83,23 @@ struct TierMap {
 
 impl TierMap {
     fn get(&self, engine: u64) -> Option<Refs> {
-        if let Some(rs) = self.exact.get(&engine) {
-            return Some(match **rs {
+        if let Some(rs) = self.exact_get(engine) {
+            return Some(match *rs {
                 [r] => Refs::One(r),
-                _ => Refs::Many(rs.clone()),
+                _ => Refs::Many(rs.into()),
             });
         }
         self.one.get(fingerprint(engine)).map(Refs::One)
     }
 
+    /// The exact entry of `engine` (most tiers have none: skip hashing).
+    fn exact_get(&self, engine: u64) -> Option<&[u32]> {
+        if self.exact.is_empty() { None } else { self.exact.get(&engine).map(|rs| &**rs) }
+    }
+
     /// Records the mapping; false when `engine` already has one here.
     fn insert(&mut self, engine: u64, refs: &[u32]) -> bool {
-        if self.exact.contains_key(&engine) {
+        if self.exact_get(engine).is_some() {
             return false;
         }
         let fp = fingerprint(engine);
@@ -106,7 +111,8 @@ impl TierMap {
     }
 
     fn remove(&mut self, engine: u64) -> Option<Refs> {
-        match self.exact.remove(&engine) {
+        let exact = if self.exact.is_empty() { None } else { self.exact.remove(&engine) };
+        match exact {
             Some(rs) if rs.len() == 1 => Some(Refs::One(rs[0])),
             Some(rs) => Some(Refs::Many(rs)),
             None => self.one.remove(fingerprint(engine)).map(Refs::One),
@@ -152,6 +158,13 @@ impl EngineMap {
             return false;
         }
         self.tiers[usize::from(tier)].insert(engine, refs)
+    }
+
+    /// Starts loading the bucket where `tier` keeps `engine` (a hint).
+    pub fn prefetch(&self, engine: u64, tier: u8) {
+        if let Some(t) = self.tiers.get(usize::from(tier)) {
+            t.one.prefetch(fingerprint(engine));
+        }
     }
 
     /// Clears `tier` of `engine`; returns the references that lost a holder.

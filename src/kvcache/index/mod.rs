@@ -5,7 +5,8 @@
 //! `RwLock`; a key picks its shard from a mix of its bits. A lookup read-locks
 //! each shard its keys fall in once (ascending order) and never waits for a
 //! whole write batch; writers (one per endpoint, ordered by the subscriber's
-//! worker shards) take one short write lock per key and never hold two.
+//! worker shards) take one short write lock per shard an event touches
+//! ([`batch`]) and never hold two.
 //! There is no global lock on either path: the endpoint registry lock is
 //! read-mostly and written only when an endpoint is added or removed.
 //!
@@ -16,11 +17,13 @@
 //! Capacity is bounded per shard with random eviction.
 
 mod apply;
+mod batch;
 mod buckets;
 mod engine_map;
 pub mod holder;
 mod ref_table;
 mod registry;
+mod runs;
 mod slab;
 mod table;
 
@@ -114,15 +117,11 @@ pub struct EndpointMatch {
     pub endpoint: Arc<str>,
     /// Longest run of consecutive keys from the first held (any tier).
     pub blocks: usize,
-    /// Sum over that run of the best tier weight per block.
+    /// Sum over that run of the best tier weight per block, computed as
+    /// `Σ_tier blocks(tier) · weight(tier)` (best tier: highest weight, lowest
+    /// tier id among equals).
     pub weighted: f64,
 }
-
-/// How many keys ahead a lookup prefetches a key's bucket.
-const BUCKET_AHEAD: usize = 32;
-/// How many keys ahead a lookup reads a key's slot (its bucket prefetched
-/// `BUCKET_AHEAD - SLOT_AHEAD` keys earlier) and prefetches its overflow list.
-const SLOT_AHEAD: usize = 16;
 
 /// One lock shard.
 #[derive(Debug)]
@@ -133,82 +132,6 @@ struct Shard {
 /// Most lock shards (a lookup keeps one guard slot per shard).
 const MAX_SHARDS: usize = 1 << 10;
 const _: () = assert!(MAX_SHARDS.is_multiple_of(64));
-
-/// One endpoint's run during a lookup.
-struct Run {
-    ep: EndpointId,
-    blocks: usize,
-    weighted: f64,
-    /// Best tier weight at the current block, -1 when absent.
-    best: f64,
-}
-
-/// The lookup loop over locked tables (`tables[i]` holds `keys[i]`).
-fn longest_runs(keys: &[u64], tables: &[&Table], w: &TierWeights) -> Vec<Run> {
-    let n = keys.len().min(tables.len());
-    let mut runs: Vec<Run> = Vec::new();
-    // Endpoint id -> 1 + index in `runs` (0 = not a candidate); ids are
-    // dense, so this stays small and makes each holder O(1).
-    let mut slot_of_ep: Vec<u32> = Vec::new();
-    // Slots read SLOT_AHEAD keys early, in a ring.
-    let mut ring = [0u64; SLOT_AHEAD];
-    let stage_slot = |i: usize, ring: &mut [u64; SLOT_AHEAD]| {
-        let slot = tables[i].slot_of(keys[i]);
-        tables[i].prefetch_overflow(slot);
-        ring[i % SLOT_AHEAD] = slot;
-    };
-    for i in 0..n.min(BUCKET_AHEAD) {
-        tables[i].prefetch_bucket(keys[i]);
-    }
-    for i in 0..n.min(SLOT_AHEAD) {
-        stage_slot(i, &mut ring);
-    }
-    for i in 0..n {
-        let slot = ring[i % SLOT_AHEAD];
-        if i + BUCKET_AHEAD < n {
-            tables[i + BUCKET_AHEAD].prefetch_bucket(keys[i + BUCKET_AHEAD]);
-        }
-        if i + SLOT_AHEAD < n {
-            stage_slot(i + SLOT_AHEAD, &mut ring);
-        }
-        tables[i].for_each_in_slot(slot, |h| {
-            let ep = holder::endpoint(h);
-            let weight = w.of(Tier::from_id(holder::tier(h)));
-            let e = usize::from(ep);
-            if e >= slot_of_ep.len() {
-                if i > 0 {
-                    return;
-                }
-                slot_of_ep.resize(e + 1, 0);
-            }
-            match slot_of_ep[e] {
-                0 if i == 0 => {
-                    runs.push(Run { ep, blocks: 0, weighted: 0.0, best: weight });
-                    slot_of_ep[e] = runs.len() as u32;
-                }
-                0 => {}
-                s => {
-                    let r = &mut runs[s as usize - 1];
-                    r.best = r.best.max(weight);
-                }
-            }
-        });
-        let mut alive = 0;
-        for r in &mut runs {
-            // Alive at block i iff it matched every earlier block.
-            if r.best >= 0.0 && r.blocks == i {
-                r.blocks += 1;
-                r.weighted += r.best;
-                alive += 1;
-            }
-            r.best = -1.0;
-        }
-        if alive == 0 {
-            break;
-        }
-    }
-    runs
-}
 
 /// The prefix index. `Send + Sync`; share as `Arc<PrefixIndex>`.
 #[derive(Debug)]
@@ -284,29 +207,16 @@ impl PrefixIndex {
         }
     }
 
-    /// Drops one reference of `(ep, tier)` from the key(s) with reference `kref`.
-    fn release_ref(&self, kref: u32, ep: EndpointId, tier: u8) {
-        if write(&self.shards[self.shard_of_ref(kref)].table).release_ref(kref, ep, tier) > 1 {
-            self.ambiguous_refs.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
     /// Adds `(endpoint, tier)` to each key (the bench and engine-key paths).
     pub fn store_keys(&self, endpoint: &str, tier: Tier, keys: &[u64], mode: AddMode) {
-        self.with_endpoint(endpoint, |ep| {
-            for k in keys {
-                self.add_key(*k, ep, tier.id(), mode);
-            }
-        });
+        self.with_endpoint(endpoint, |ep| self.add_batch(keys, ep, tier.id(), mode));
     }
 
     /// Removes `(endpoint, tier)` from each key.
     pub fn remove_keys(&self, endpoint: &str, tier: Tier, keys: &[u64], mode: RemoveMode) {
         let reg = read(&self.registry);
         let Some(ep) = reg.id(endpoint) else { return };
-        for k in keys {
-            write(&self.shard(*k).table).remove(*k, ep, tier.id(), mode);
-        }
+        self.remove_batch(keys, ep, tier.id(), mode);
     }
 
     /// Runs `f` with the endpoint's id while holding the registry read lock,
@@ -352,9 +262,8 @@ impl PrefixIndex {
     /// lock). Otherwise every shard the keys fall in is read-locked once, in
     /// ascending order: writers hold one shard lock at a time, so the order
     /// cannot deadlock, and a writer waits at most one lookup (microseconds).
-    /// Holding the tables lets the loop run a two-stage software pipeline:
-    /// the bucket of key `i + 32` is prefetched, the slot of key `i + 16` is read
-    /// and its overflow list prefetched, and key `i` is then served from cache.
+    /// Holding the tables lets the loop in [`runs`] prefetch ahead and skip the
+    /// holders of a key that has those of the key before it.
     pub fn lookup(&self, keys: &[u64]) -> Vec<EndpointMatch> {
         let Some(first) = keys.first() else { return Vec::new() };
         if read(&self.shard(*first).table).slot_of(*first) == 0 {
@@ -371,14 +280,16 @@ impl PrefixIndex {
             guards.push((wanted[s / 64] >> (s % 64) & 1 == 1).then(|| read(&shard.table)));
         }
         let tables: Vec<&Table> = shard_of.iter().filter_map(|s| guards[*s].as_deref()).collect();
-        let runs = longest_runs(keys, &tables, &self.config.tier_weights);
+        let runs = runs::longest_runs(keys, &tables, &self.config.tier_weights);
         drop(tables);
         drop(guards);
         let reg = read(&self.registry);
+        let w = &self.config.tier_weights;
         runs.into_iter()
             .filter(|r| r.blocks > 0)
             .filter_map(|r| {
-                reg.name(r.ep).map(|n| EndpointMatch { endpoint: n.clone(), blocks: r.blocks, weighted: r.weighted })
+                let weighted = r.weighted(w);
+                reg.name(r.ep).map(|n| EndpointMatch { endpoint: n.clone(), blocks: r.blocks, weighted })
             })
             .collect()
     }

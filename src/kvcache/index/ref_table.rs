@@ -60,6 +60,11 @@ impl RefTable {
         self.seek(fp).filter(|i| fp_of(self.buckets[*i]) == fp)
     }
 
+    /// Starts loading the home bucket of `fp` into the cache.
+    pub fn prefetch(&self, fp: u32) {
+        super::table::prefetch(self.buckets.as_ptr().wrapping_add(self.home(fp)));
+    }
+
     /// The value stored under `fp`.
     pub fn get(&self, fp: u32) -> Option<u32> {
         self.find(fp).map(|i| self.buckets[i] as u32)

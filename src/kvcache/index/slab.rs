@@ -109,6 +109,16 @@ impl Slab {
         super::table::prefetch(self.lists.as_ptr().wrapping_add(i as usize));
     }
 
+    /// Starts loading the first cache lines of list `i` when it lives on the heap.
+    pub fn prefetch_heap(&self, i: u32) {
+        if let Some(SmallList::Heap(v)) = self.lists.get(i as usize) {
+            // 16 holders per cache line; at most 8 lines.
+            for at in (0..v.len()).step_by(16).take(8) {
+                super::table::prefetch(v.as_ptr().wrapping_add(at));
+            }
+        }
+    }
+
     pub fn get_mut(&mut self, i: u32) -> &mut SmallList {
         if i as usize >= self.lists.len() {
             // Unreachable with consistent slots; recover instead of panicking.

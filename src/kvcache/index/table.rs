@@ -261,7 +261,40 @@ impl Table {
 
     /// Starts loading the home bucket of `key` into the cache.
     pub fn prefetch_bucket(&self, key: u64) {
-        prefetch(self.buckets.as_ptr().wrapping_add(self.home(key)));
+        self.prefetch_ref(key_ref(key));
+    }
+
+    /// Starts loading the home bucket of the keys with reference `kref`.
+    pub fn prefetch_ref(&self, kref: u32) {
+        prefetch(self.buckets.as_ptr().wrapping_add(bucket_of(kref, self.homes)));
+    }
+
+    /// Whether slot `sa` of `a` and slot `sb` of `b` have the same holders in
+    /// the same order, refcounts aside.
+    pub fn same_holders(a: &Table, sa: u64, b: &Table, sb: u64) -> bool {
+        let ((alo, ahi), (blo, bhi)) = (holder::split(sa), holder::split(sb));
+        match (alo == OVERFLOW, blo == OVERFLOW) {
+            (false, false) => {
+                // 0 is "no holder"; a holder's identity can be 0 (endpoint 0, tier 0).
+                let id = |h: u32| if h == 0 { u32::MAX } else { holder::identity(h) };
+                id(alo) == id(blo) && id(ahi) == id(bhi)
+            }
+            (true, true) => {
+                let (x, y) = (a.slab.get(ahi), b.slab.get(bhi));
+                // No early exit: a branch-free pass the compiler vectorises.
+                x.len() == y.len() && x.iter().zip(y).fold(0, |d, (p, q)| d | holder::identity(p ^ q)) == 0
+            }
+            _ => false,
+        }
+    }
+
+    /// Starts loading a heap-held overflow list (its slab entry should be in
+    /// cache already; no-op for other slots).
+    pub fn prefetch_heap_list(&self, slot: u64) {
+        let (lo, hi) = holder::split(slot);
+        if lo == OVERFLOW {
+            self.slab.prefetch_heap(hi);
+        }
     }
 
     /// Starts loading the overflow list a slot refers to (no-op for inline slots).

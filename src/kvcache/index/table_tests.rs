@@ -129,3 +129,28 @@ fn ordered_runs_survive_growth_deletion_and_crowding() {
     assert_eq!(small.release_ref(u32::MAX, 1, 0), 40);
     assert_eq!(small.keys(), 0);
 }
+
+#[test]
+fn same_holders_compares_identities_not_refcounts() {
+    let (mut a, mut b) = (Table::new(1000, 1), Table::new(1000, 2));
+    let same = |a: &Table, ka: u64, b: &Table, kb: u64| Table::same_holders(a, a.slot_of(ka), b, b.slot_of(kb));
+    // Endpoint 0 in tier 0 has identity 0: still not the empty slot.
+    a.add(1, 0, 0, AddMode::Counted);
+    assert!(!same(&a, 1, &b, 9), "a holder against an absent key");
+    b.add(2, 0, 0, AddMode::Counted);
+    b.add(2, 0, 0, AddMode::Counted);
+    assert!(same(&a, 1, &b, 2), "refcounts aside");
+    b.add(2, 0, 1, AddMode::Counted);
+    assert!(!same(&a, 1, &b, 2), "another tier");
+    // Overflow lists, in two tables.
+    for ep in 1..=7 {
+        a.add(10, ep, 0, AddMode::Counted);
+        b.add(20, ep, 0, AddMode::Counted);
+    }
+    assert!(same(&a, 10, &b, 20));
+    b.add(20, 8, 0, AddMode::Counted);
+    assert!(!same(&a, 10, &b, 20), "one more holder");
+    a.add(10, 9, 0, AddMode::Counted);
+    assert!(!same(&a, 10, &b, 20), "a different holder");
+    assert!(!same(&a, 10, &a, 1), "a list against an inline slot");
+}

@@ -151,17 +151,23 @@ fn model_lookup(m: &Model, keys: &[u64]) -> BTreeMap<String, (usize, f64)> {
     let w = TierWeights::default();
     let mut out = BTreeMap::new();
     for ep in 0..4u8 {
-        let (mut n, mut s) = (0, 0.0);
+        // Blocks per best tier (highest weight, lowest id among equals).
+        let (mut n, mut per_tier) = (0, [0u32; Tier::COUNT]);
         for k in keys {
             match m.get(&(ep, *k)).filter(|t| !t.is_empty()) {
                 Some(t) => {
                     n += 1;
-                    s += t.keys().map(|t| w.of(Tier::from_id(*t))).fold(0.0, f64::max);
+                    let weight = |t: u8| w.of(Tier::from_id(t));
+                    let best = t.keys().copied().fold(u8::MAX, |b, t| {
+                        if b == u8::MAX || weight(t) > weight(b) || (weight(t) == weight(b) && t < b) { t } else { b }
+                    });
+                    per_tier[usize::from(best)] += 1;
                 }
                 None => break,
             }
         }
         if n > 0 {
+            let s: f64 = (0..Tier::COUNT).map(|t| f64::from(per_tier[t]) * w.0[t]).sum();
             out.insert(format!("ep{ep}"), (n, s));
         }
     }
