@@ -179,6 +179,19 @@ impl<T> Band<T> {
     }
 }
 
+/// What one priority band holds (`/debug/state`).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct BandLoad {
+    /// The band's priority.
+    pub priority: i32,
+    /// Requests waiting.
+    pub requests: u64,
+    /// Bytes of the waiting requests' bodies.
+    pub bytes: u64,
+    /// Flows (fairness ids) with a waiting request.
+    pub flows: usize,
+}
+
 /// All bands of one pool.
 #[derive(Debug)]
 pub struct Queues<T> {
@@ -208,6 +221,20 @@ impl<T> Queues<T> {
     /// Queued bytes.
     pub fn bytes(&self) -> u64 {
         self.bytes
+    }
+
+    /// Per priority band (highest first): what waits in it now. Bands that never held a
+    /// request are absent.
+    pub fn bands(&self) -> Vec<BandLoad> {
+        self.bands
+            .iter()
+            .map(|(Reverse(priority), band)| BandLoad {
+                priority: *priority,
+                requests: band.requests,
+                bytes: band.bytes,
+                flows: band.flows.len(),
+            })
+            .collect()
     }
 
     /// Queues a request without an SLO deadline, or reports the limit it would exceed.

@@ -21,10 +21,12 @@
 //! * [`subscriber`]: ZeroMQ sockets, topics, workers, replay.
 //! * [`drift`]: do published hashes match the configured vLLM hashing?
 //! * [`metrics`]: Prometheus series (`epp_kv_*`).
+//! * [`board`]: the live SUB sockets and prefix indexes, for `/debug/state`.
 //!
 //! Not here: tokenisation, scoring policy (plugins read [`EndpointMatch`]),
 //! endpoint discovery (the caller feeds a `watch` of [`KvEventSource`]).
 
+pub mod board;
 pub mod decode;
 pub mod drift;
 pub mod encode;

@@ -69,6 +69,7 @@ pub fn build_producer(
         .map_err(|(path, message)| BuildError::new(format!("{}.parameters.{path}", spec.path), message))?;
     let index = Arc::new(PrefixIndex::new(derived.index.clone()));
     cx.indexes.register(spec.name.clone(), index.clone());
+    cx.metrics.kv.indexes.track(&index);
     Ok(Arc::new(PrecisePrefixProducer {
         name: spec.name.clone(),
         index,
