@@ -5,7 +5,7 @@
 //! Flow Control queues by priority. Read-only; built on request from the shared handles.
 
 use std::sync::Arc;
-use std::time::Instant;
+use tokio::time::Instant;
 
 use serde::Serialize;
 

@@ -62,7 +62,8 @@ async fn cpu_profile_is_pprof_protobuf_with_samples_and_one_runs_at_a_time() {
     let (status, _) = http_get_bytes(addr, "/debug/pprof/profile?seconds=1", None).await;
     assert_eq!(status, 200);
 
-    for bad in ["/debug/pprof/profile?seconds=0", "/debug/pprof/profile?seconds=121", "/debug/pprof/profile?seconds=x"] {
+    for bad in ["/debug/pprof/profile?seconds=0", "/debug/pprof/profile?seconds=121", "/debug/pprof/profile?seconds=x"]
+    {
         assert_eq!(http_get(addr, bad).await.0, 400, "{bad}");
     }
     let (status, heap) = http_get(addr, "/debug/pprof/heap").await;

@@ -214,8 +214,10 @@ async fn debug_state_and_index_size_per_endpoint_follow_kv_events() {
     let mut a = Pod::start([127, 0, 0, 37]).await;
     let mut b = Pod::start([127, 0, 0, 38]).await;
     let epp = TestEpp::start(&endpoints_with_kv(&[("a", &a), ("b", &b)]), Some(CONFIG), |_| {}).await;
-    epp.wait_scraped(|set| ["a", "b"].iter().all(|n| set.get(n).is_some_and(|e| e.metrics.load().updated_at.is_some())))
-        .await;
+    epp.wait_scraped(|set| {
+        ["a", "b"].iter().all(|n| set.get(n).is_some_and(|e| e.metrics.load().updated_at.is_some()))
+    })
+    .await;
     deliver(&epp, &mut a, batch(vec![stored(&tokens())]), "epp_kv_events_total{kind=\"block_stored\"").await;
     deliver(&epp, &mut b, batch(vec![stored(&tokens()[..BLOCK])]), "epp_kv_events_total{kind=\"block_stored\"").await;
 
@@ -230,7 +232,12 @@ async fn debug_state_and_index_size_per_endpoint_follow_kv_events() {
     assert_eq!(state["prefix_index_blocks"]["a"], blocks, "{state}");
     assert_eq!(state["prefix_index_blocks"]["b"], 1, "{state}");
     let subscription = |state: &serde_json::Value, name: &str| {
-        state["kv_event_subscriptions"].as_array().expect("subscriptions").iter().find(|s| s["endpoint"] == name).cloned()
+        state["kv_event_subscriptions"]
+            .as_array()
+            .expect("subscriptions")
+            .iter()
+            .find(|s| s["endpoint"] == name)
+            .cloned()
     };
     let sub_a = subscription(&state, "a").unwrap_or_else(|| panic!("no subscription of a: {state}"));
     assert_eq!(sub_a["socket"], a.endpoint);

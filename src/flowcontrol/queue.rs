@@ -328,10 +328,13 @@ mod tests {
         {
             q.push(flow, priority, 1, None, name).unwrap();
         }
+        let load = |priority, requests, flows| BandLoad { priority, requests, bytes: requests, flows };
+        assert_eq!(q.bands(), [load(10, 1, 1), load(0, 3, 2), load(-1, 1, 1)], "highest priority first");
         assert_eq!(q.head_priority(), Some(10));
         assert_eq!(drain(&mut q), ["a10", "a0", "b0", "a0'", "b-1"]);
         assert!(q.is_empty());
         assert_eq!(q.bytes(), 0);
+        assert!(q.bands().iter().all(|b| b.requests == 0 && b.bytes == 0 && b.flows == 0), "{:?}", q.bands());
     }
 
     #[test]

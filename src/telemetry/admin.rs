@@ -100,7 +100,8 @@ pub async fn serve(
                         }
                     }
                     if req.method() == Method::GET && req.uri().path().starts_with("/debug/") {
-                        return Ok::<_, Infallible>(debug(&req, &options).await);
+                        let (path, query) = (req.uri().path().to_owned(), req.uri().query().map(str::to_owned));
+                        return Ok::<_, Infallible>(debug(&path, query.as_deref(), &options).await);
                     }
                     Ok::<_, Infallible>(route(&req, &registry, &ready, &options.naming))
                 }
@@ -152,10 +153,9 @@ fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
 }
 
 /// `/debug/pprof/...` and `/debug/state`, each `404` unless enabled.
-async fn debug<B>(req: &Request<B>, options: &AdminOptions) -> Response<Full<Bytes>> {
-    let path = req.uri().path();
+async fn debug(path: &str, query: Option<&str>, options: &AdminOptions) -> Response<Full<Bytes>> {
     if options.pprof && (path == "/debug/pprof" || path.starts_with("/debug/pprof/")) {
-        let reply = super::profiling::handle(path, req.uri().query()).await;
+        let reply = super::profiling::handle(path, query).await;
         return with_content_type(text(reply.status, reply.body), reply.content_type);
     }
     match (&options.state, path) {

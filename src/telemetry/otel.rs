@@ -149,7 +149,8 @@ where
     S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
 {
     fn enabled(&self, meta: &tracing::Metadata<'_>, cx: &tracing_subscriber::layer::Context<'_, S>) -> bool {
-        meta.target() == TARGET && cx.lookup_current().is_none_or(|parent| parent.extensions().get::<Unsampled>().is_none())
+        meta.target() == TARGET
+            && cx.lookup_current().is_none_or(|parent| parent.extensions().get::<Unsampled>().is_none())
     }
 
     fn callsite_enabled(&self, meta: &'static tracing::Metadata<'static>) -> tracing::subscriber::Interest {
@@ -171,7 +172,7 @@ fn decide_sampling(span: &Span) -> bool {
             if let Some(registry) = dispatch.downcast_ref::<tracing_subscriber::Registry>()
                 && let Some(data) = tracing_subscriber::registry::LookupSpan::span(registry, id)
             {
-                data.extensions_mut().insert(Unsampled);
+                data.extensions_mut().replace(Unsampled);
             }
         });
     }

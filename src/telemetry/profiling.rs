@@ -122,15 +122,21 @@ pub fn profile_seconds(query: Option<&str>) -> Result<u64, ProfileError> {
 /// Samples the CPU for the query's window and returns the profile as pprof protobuf.
 async fn cpu_profile(query: Option<&str>) -> Result<Bytes, ProfileError> {
     let seconds = profile_seconds(query)?;
-    let _slot = ProfilingSlot::take()?;
+    let slot = ProfilingSlot::take()?;
     let guard = pprof::ProfilerGuardBuilder::default().frequency(SAMPLE_HZ).blocklist(&BLOCKLIST).build()?;
     tokio::time::sleep(Duration::from_secs(seconds)).await;
-    let report = guard.report().build()?;
-    drop(guard);
-    let profile = report.pprof()?;
-    let mut body = Vec::new();
-    pprof::protos::Message::encode(&profile, &mut body).map_err(|e| ProfileError::Encode(e.to_string()))?;
-    Ok(Bytes::from(body))
+    // Symbolising the stacks takes a while: off the async workers. The slot stays taken until
+    // the profiler is stopped, even if the request goes away meanwhile.
+    let encode = move || {
+        let report = guard.report().build()?;
+        drop(guard);
+        drop(slot);
+        let profile = report.pprof()?;
+        let mut body = Vec::new();
+        pprof::protos::Message::encode(&profile, &mut body).map_err(|e| ProfileError::Encode(e.to_string()))?;
+        Ok::<_, ProfileError>(Bytes::from(body))
+    };
+    tokio::task::spawn_blocking(encode).await.map_err(|e| ProfileError::Encode(e.to_string()))?
 }
 
 /// The allocator's counters (glibc `mallinfo2`) as `name value` lines.

@@ -427,7 +427,10 @@ impl PrefixIndex {
         for shard in self.shards.iter() {
             read(&shard.table).count_keys_by_endpoint(&mut blocks);
         }
-        read(&self.registry).live().map(|(id, name)| (name.clone(), blocks.get(usize::from(id)).copied().unwrap_or(0))).collect()
+        read(&self.registry)
+            .live()
+            .map(|(id, name)| (name.clone(), blocks.get(usize::from(id)).copied().unwrap_or(0)))
+            .collect()
     }
 
     /// Registered endpoints.

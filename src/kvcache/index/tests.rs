@@ -239,7 +239,11 @@ fn blocks_by_endpoint_count_keys_once_across_tiers() {
     idx.clear_endpoint("b");
     idx.remove_endpoint("c");
     let blocks: BTreeMap<String, u64> = idx.blocks_by_endpoint().into_iter().map(|(e, n)| (e.to_string(), n)).collect();
-    assert_eq!(blocks, BTreeMap::from([("a".into(), 4), ("b".into(), 0)]), "a cleared endpoint stays, a removed one goes");
+    assert_eq!(
+        blocks,
+        BTreeMap::from([("a".into(), 4), ("b".into(), 0)]),
+        "a cleared endpoint stays, a removed one goes"
+    );
 }
 
 proptest! {

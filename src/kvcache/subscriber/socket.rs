@@ -214,7 +214,8 @@ pub async fn run_central(
                 attribution.load().get(&pod).cloned()
             };
             let on_message = |m| intake.accept(m, attribute);
-            let reader = ReceiveLoop { intake: &intake, endpoint: None, connected_as: "connected", board: &board.state };
+            let reader =
+                ReceiveLoop { intake: &intake, endpoint: None, connected_as: "connected", board: &board.state };
             reader.read_until_cancelled(&mut sock, monitor, &cancel, on_message).await;
             Ok(())
         }
@@ -259,7 +260,8 @@ async fn run_source(dial: String, src: Source, intake: Arc<Intake>, cancel: Canc
     let name = src.name.clone();
     let on_message = |m| intake.accept(m, |_| Some(src.clone()));
     let monitor: Monitor = Box::pin(sock.monitor());
-    let reader = ReceiveLoop { intake: &intake, endpoint: Some(&name), connected_as: "reconnected", board: &board.state };
+    let reader =
+        ReceiveLoop { intake: &intake, endpoint: Some(&name), connected_as: "reconnected", board: &board.state };
     reader.read_until_cancelled(&mut sock, monitor, &cancel, on_message).await;
     Ok(())
 }
@@ -291,53 +293,53 @@ struct ReceiveLoop<'a> {
 }
 
 impl ReceiveLoop<'_> {
-/// Reads `sock` until `cancel`: messages go to `on_message`, the socket monitor's events to
-/// `epp_kv_peer_events_total` (a new connection counted as `connected_as`) and the board, and
-/// receive errors (a peer dropped) are counted and survived.
-async fn read_until_cancelled(
-    &self,
-    sock: &mut SubSocket,
-    mut monitor: Monitor,
-    cancel: &CancellationToken,
-    mut on_message: impl FnMut(zeromq::ZmqMessage),
-) {
-    let ReceiveLoop { intake, endpoint, connected_as, board } = *self;
-    loop {
-        let msg = tokio::select! {
-            biased;
-            _ = cancel.cancelled() => return,
-            Some(e) = monitor.next() => {
-                if let SocketEvent::AcceptFailed(error) = &e
-                    && !count_rejection(intake, endpoint, error)
-                {
-                    // Handshake timeout, bad greeting, incompatible socket type, ...
-                    intake.metrics.zmq_errors.with_label_values(&["handshake"]).inc();
-                    tracing::debug!(error = %error, "KV event publisher handshake failed");
+    /// Reads `sock` until `cancel`: messages go to `on_message`, the socket monitor's events to
+    /// `epp_kv_peer_events_total` (a new connection counted as `connected_as`) and the board, and
+    /// receive errors (a peer dropped) are counted and survived.
+    async fn read_until_cancelled(
+        &self,
+        sock: &mut SubSocket,
+        mut monitor: Monitor,
+        cancel: &CancellationToken,
+        mut on_message: impl FnMut(zeromq::ZmqMessage),
+    ) {
+        let ReceiveLoop { intake, endpoint, connected_as, board } = *self;
+        loop {
+            let msg = tokio::select! {
+                biased;
+                _ = cancel.cancelled() => return,
+                Some(e) = monitor.next() => {
+                    if let SocketEvent::AcceptFailed(error) = &e
+                        && !count_rejection(intake, endpoint, error)
+                    {
+                        // Handshake timeout, bad greeting, incompatible socket type, ...
+                        intake.metrics.zmq_errors.with_label_values(&["handshake"]).inc();
+                        tracing::debug!(error = %error, "KV event publisher handshake failed");
+                    }
+                    match e {
+                        SocketEvent::Accepted(..) | SocketEvent::Connected(..) => board.peer_connected(),
+                        SocketEvent::Disconnected(_) => board.peer_disconnected(),
+                        _ => {}
+                    }
+                    peer_event(&intake.metrics, endpoint, &e, connected_as);
+                    continue;
                 }
-                match e {
-                    SocketEvent::Accepted(..) | SocketEvent::Connected(..) => board.peer_connected(),
-                    SocketEvent::Disconnected(_) => board.peer_disconnected(),
-                    _ => {}
+                m = sock.recv() => m,
+            };
+            match msg {
+                Ok(m) => {
+                    board.touch();
+                    on_message(m);
                 }
-                peer_event(&intake.metrics, endpoint, &e, connected_as);
-                continue;
-            }
-            m = sock.recv() => m,
-        };
-        match msg {
-            Ok(m) => {
-                board.touch();
-                on_message(m);
-            }
-            Err(e) => {
-                if !count_rejection(intake, endpoint, &e) {
-                    intake.metrics.zmq_errors.with_label_values(&["recv"]).inc();
-                    tracing::debug!(endpoint, error = %e, "KV event receive error (peer dropped)");
+                Err(e) => {
+                    if !count_rejection(intake, endpoint, &e) {
+                        intake.metrics.zmq_errors.with_label_values(&["recv"]).inc();
+                        tracing::debug!(endpoint, error = %e, "KV event receive error (peer dropped)");
+                    }
                 }
             }
         }
     }
-}
 }
 
 /// Counts one socket monitor event; `connected_as` names a new connection
