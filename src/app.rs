@@ -96,6 +96,10 @@ pub struct Settings {
     pub metrics_tls: Option<MetricsTls>,
     /// `--metrics-naming`: which names of twin metric families `/metrics` exports.
     pub metrics_naming: crate::telemetry::naming::MetricsNaming,
+    /// `--enable-pprof`: `/debug/pprof/` on the metrics port.
+    pub enable_pprof: bool,
+    /// `--enable-debug-state`: `/debug/state` on the metrics port.
+    pub enable_debug_state: bool,
 }
 
 /// TLS settings of the metrics port.
@@ -167,6 +171,8 @@ impl Settings {
             metrics_auth: false,
             metrics_tls: None,
             metrics_naming: Default::default(),
+            enable_pprof: true,
+            enable_debug_state: true,
         }
     }
 }
@@ -400,8 +406,20 @@ impl App {
             ),
             None => None,
         };
-        let admin_options =
-            crate::telemetry::admin::AdminOptions { naming: settings.metrics_naming, guard, tls: admin_tls };
+        let admin_options = crate::telemetry::admin::AdminOptions {
+            naming: settings.metrics_naming,
+            guard,
+            tls: admin_tls,
+            pprof: settings.enable_pprof,
+            state: settings.enable_debug_state.then(|| {
+                let sources = crate::debug_state::StateSources {
+                    store: store.clone(),
+                    kv: cx.metrics.kv.clone(),
+                    flow_control: flow_control.clone(),
+                };
+                Arc::new(move || sources.json()) as crate::telemetry::admin::StateSource
+            }),
+        };
         tasks.spawn(crate::telemetry::admin::serve(admin, registry.clone(), ready, admin_options, cancel.clone()));
         tasks.spawn(pool_gauges.run(store.clone(), settings.refresh_prometheus_metrics_interval, cancel.clone()));
         if let Some(path) = settings.endpoints_file.clone() {

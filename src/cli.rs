@@ -255,9 +255,14 @@ pub struct ServeArgs {
     /// (self-signed when only `--metrics-client-ca-file` is given).
     #[arg(long)]
     pub metrics_cert_dir: Option<PathBuf>,
-    /// `/debug/pprof` on the metrics port (Go only; warned when true).
-    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
-    pub enable_pprof: Option<bool>,
+    /// `/debug/pprof/` on the metrics port (default true, as GIE): a CPU profile in pprof's
+    /// protobuf format and the allocator's heap statistics, behind the `/metrics` auth.
+    #[arg(long, default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
+    pub enable_pprof: bool,
+    /// `/debug/state` on the metrics port (default true): endpoints, prefix index, KV-event
+    /// subscriptions and flow-control queues as JSON, behind the `/metrics` auth.
+    #[arg(long, default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = parse_go_bool)]
+    pub enable_debug_state: bool,
     /// InferencePool whose Ready pods become the endpoints (Kubernetes discovery; exclusive
     /// with --endpoints-file). Pods match the pool's selector; each target port is one
     /// endpoint `<pod>-rank-<i>`.
@@ -315,7 +320,6 @@ impl ServeArgs {
                 out.push(format!("{flag} is accepted but not implemented yet: {what}"));
             }
         };
-        lacking(self.enable_pprof == Some(true), "--enable-pprof", "there is no /debug/pprof (Go profiler) endpoint");
         lacking(self.emit_endpoint_scores, "--emit-endpoint-scores", "endpoint scores are not emitted");
         out
     }

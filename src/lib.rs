@@ -26,6 +26,8 @@
 //!   by the stream before the decision.
 //! - `cel`: the CEL subset evaluator used by `request-attribute-reporter`.
 //! - `app`: wiring, servers and shutdown.
+//! - `debug_state`: the `/debug/state` snapshot (endpoints, prefix index, KV-event sockets,
+//!   Flow Control queues) the admin server serves.
 //! - `cli`, `go_flags`: the command line, in the Go EPPs' syntax.
 //! - `health`: gRPC health (Check, List) with readiness on the first endpoint sync.
 //! - `shutdown`: the bounded SIGTERM drain.
@@ -75,6 +77,7 @@ pub mod app;
 pub mod cel;
 pub mod cli;
 pub mod config;
+pub mod debug_state;
 pub mod endpoints;
 pub mod extproc;
 pub mod file_watch;

@@ -137,6 +137,8 @@ async fn serve_until_drained(args: epp::cli::ServeArgs) -> anyhow::Result<()> {
         metrics_auth: args.metrics_endpoint_auth.unwrap_or(true),
         metrics_tls: args.metrics_tls(),
         metrics_naming: args.metrics_naming,
+        enable_pprof: args.enable_pprof,
+        enable_debug_state: args.enable_debug_state,
     };
     if settings.endpoints_file.is_none() && args.pool_name.is_none() && args.endpoint_selector.is_none() {
         tracing::warn!(

@@ -89,8 +89,10 @@ fn unimplemented_behaviour_is_warned_only_when_asked_for() {
     let warnings = s.compat_warnings();
     assert!(s.tracing, "--tracing is implemented: no warning");
     assert!(warnings.is_empty(), "election, metrics auth and TLS are implemented: {warnings:?}");
-    let pprof = parse(&["--enable-pprof"]).unwrap().serve.compat_warnings();
-    assert!(pprof.len() == 1 && pprof[0].starts_with("--enable-pprof"), "{pprof:?}");
+    let pprof = parse(&["--enable-pprof"]).unwrap().serve;
+    assert!(pprof.enable_pprof && pprof.compat_warnings().is_empty(), "--enable-pprof is implemented: no warning");
+    assert!(parse(&[]).unwrap().serve.enable_pprof, "--enable-pprof defaults to true, as GIE");
+    assert!(!parse(&["--enable-pprof=false"]).unwrap().serve.enable_pprof);
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! `--metrics-endpoint-auth` against the mock API server: /metrics needs a bearer token that
 //! a TokenReview authenticates and a SubjectAccessReview allows to `get /metrics` (401
-//! without or with a bad token, 403 for a user without the right); verdicts are cached;
+//! without or with a bad token, 403 for a user without the right), and so do `/debug/pprof/`
+//! and `/debug/state`; verdicts are cached;
 //! /healthz and /readyz stay open; without Kubernetes access or with the flag off /metrics is
 //! open.
 
@@ -60,6 +61,13 @@ async fn metrics_need_an_authorised_token() {
     assert_eq!(get(addr, "/metrics", Some("reader-token")).await.0, 200);
     assert_eq!(get(addr, "/metrics", Some("other-token")).await.0, 403);
     assert_eq!(mock.reviews(), (3, 2));
+    // /debug/* is behind the same guard.
+    for path in ["/debug/pprof/", "/debug/pprof/heap", "/debug/state"] {
+        assert_eq!(get(addr, path, None).await.0, 401, "{path} without a token");
+        assert_eq!(get(addr, path, Some("other-token")).await.0, 403, "{path} for a user without the right");
+        assert_eq!(get(addr, path, Some("reader-token")).await.0, 200, "{path} for the reader");
+    }
+    assert_eq!(get(addr, "/debug/pprof/profile?seconds=1", None).await.0, 401, "no profile without a token");
     // Probes stay open.
     assert_eq!(get(addr, "/healthz", None).await.0, 200);
     // /readyz answers its own verdict (503 here: no endpoints), never 401.

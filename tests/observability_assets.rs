@@ -26,6 +26,7 @@ const EVENT_ONLY: &[&str] = &[
     "epp_kv_rejected_frames_total",
     "epp_kv_events_total",
     "epp_kv_endpoint_block_size",
+    "epp_kv_index_endpoint_blocks",
     "inference_extension_flow_control_queue_size",
     "inference_extension_flow_control_queue_bytes",
 ];

@@ -132,6 +132,16 @@ async fn spans_continue_the_gateway_trace_and_name_the_chosen_endpoint() {
     unsampled.send(request_body(&chat("m", "hello", false), true)).await;
     assert!(set_header(&unsampled.next().await, "x-gateway-destination-endpoint").is_some());
     assert!(unsampled.close_and_expect_end().await);
+    // Not sampled by the gateway (flags 00): the parent-based sampler follows it.
+    let declined = format!("00-{}-{PARENT_SPAN_ID}-00", "1".repeat(32));
+    let mut unsampled = Exchange::open(&mut client).await;
+    unsampled
+        .send(request_headers("/v1/chat/completions", &[("traceparent", &declined)], false, Some((BUFFERED, NONE))))
+        .await;
+    assert!(is_request_headers(&unsampled.next().await));
+    unsampled.send(request_body(&chat("m", "hello", false), true)).await;
+    assert!(set_header(&unsampled.next().await, "x-gateway-destination-endpoint").is_some());
+    assert!(unsampled.close_and_expect_end().await);
 
     let deadline = tokio::time::Instant::now() + WAIT;
     let spans = loop {
@@ -181,6 +191,6 @@ async fn spans_continue_the_gateway_trace_and_name_the_chosen_endpoint() {
     child_of("llm_d.epp.picker.max-score-picker", profile);
 
     let traces: std::collections::BTreeSet<String> = spans.iter().map(|s| hex(&s.trace_id)).collect();
-    assert_eq!(traces.into_iter().collect::<Vec<_>>(), [TRACE_ID], "the unsampled request exported nothing");
+    assert_eq!(traces.into_iter().collect::<Vec<_>>(), [TRACE_ID], "the unsampled requests exported nothing");
     provider.shutdown().expect("shutdown");
 }

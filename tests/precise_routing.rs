@@ -198,3 +198,71 @@ async fn speculative_indexing_keeps_a_burst_on_the_first_pick_before_events_arri
     let added = metric(&text, "epp_kv_speculative_blocks_total{op=\"added\"}");
     assert_eq!(added, 21.0 * (tokens().len() / 16) as f64, "{text}");
 }
+
+/// `GET /debug/state` as JSON.
+async fn debug_state(epp: &TestEpp) -> serde_json::Value {
+    let (status, body) = http_get(epp.app.metrics_addr, "/debug/state").await;
+    assert_eq!(status, 200, "{body}");
+    serde_json::from_str(&body).expect("JSON")
+}
+
+/// `/debug/state` and `epp_kv_index_endpoint_blocks` follow real KV events from real pods:
+/// endpoints with fresh metrics, blocks per endpoint, one connected subscription per pod with
+/// the age of its last message; a pod that leaves disappears from all of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn debug_state_and_index_size_per_endpoint_follow_kv_events() {
+    let mut a = Pod::start([127, 0, 0, 37]).await;
+    let mut b = Pod::start([127, 0, 0, 38]).await;
+    let epp = TestEpp::start(&endpoints_with_kv(&[("a", &a), ("b", &b)]), Some(CONFIG), |_| {}).await;
+    epp.wait_scraped(|set| {
+        ["a", "b"].iter().all(|n| set.get(n).is_some_and(|e| e.metrics.load().updated_at.is_some()))
+    })
+    .await;
+    deliver(&epp, &mut a, batch(vec![stored(&tokens())]), "epp_kv_events_total{kind=\"block_stored\"").await;
+    deliver(&epp, &mut b, batch(vec![stored(&tokens()[..BLOCK])]), "epp_kv_events_total{kind=\"block_stored\"").await;
+
+    let blocks = (tokens().len() / BLOCK) as u64;
+    let state = debug_state(&epp).await;
+    let endpoints = state["endpoints"].as_array().expect("endpoints");
+    assert_eq!(endpoints.len(), 2, "{state}");
+    assert_eq!(endpoints[0]["name"], "a");
+    assert_eq!(endpoints[0]["address"], a.metrics.addr.to_string());
+    assert!(endpoints[0]["metrics_age_seconds"].as_f64().is_some(), "{state}");
+    assert!(["fresh", "stale"].contains(&endpoints[0]["metrics_state"].as_str().unwrap_or_default()), "{state}");
+    assert_eq!(state["prefix_index_blocks"]["a"], blocks, "{state}");
+    assert_eq!(state["prefix_index_blocks"]["b"], 1, "{state}");
+    let subscription = |state: &serde_json::Value, name: &str| {
+        state["kv_event_subscriptions"]
+            .as_array()
+            .expect("subscriptions")
+            .iter()
+            .find(|s| s["endpoint"] == name)
+            .cloned()
+    };
+    let sub_a = subscription(&state, "a").unwrap_or_else(|| panic!("no subscription of a: {state}"));
+    assert_eq!(sub_a["socket"], a.endpoint);
+    assert_eq!(sub_a["connected"], true, "{state}");
+    assert!(sub_a["last_message_age_seconds"].as_f64().is_some_and(|age| age < 60.0), "{state}");
+    assert!(subscription(&state, "b").is_some(), "{state}");
+    assert!(state["flow_control"].is_null(), "no flowControl gate: {state}");
+    let text = scrape(epp.app.metrics_addr).await;
+    assert_eq!(metric(&text, "epp_kv_index_endpoint_blocks{endpoint=\"a\"}"), blocks as f64, "{text}");
+    assert_eq!(metric(&text, "epp_kv_index_endpoint_blocks{endpoint=\"b\"}"), 1.0, "{text}");
+
+    // b leaves the pool: its subscription and index series go (the reader stops asynchronously).
+    std::fs::write(&epp.endpoints_file, endpoints_with_kv(&[("a", &a)])).expect("rewrite endpoints");
+    epp.wait_endpoints(&["a"]).await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        epp.app.flush().await;
+        let state = debug_state(&epp).await;
+        let text = scrape(epp.app.metrics_addr).await;
+        if subscription(&state, "b").is_none() && !text.contains("epp_kv_index_endpoint_blocks{endpoint=\"b\"}") {
+            assert_eq!(state["endpoints"].as_array().map(Vec::len), Some(1), "{state}");
+            assert!(text.contains("epp_kv_index_endpoint_blocks{endpoint=\"a\"}"), "{text}");
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "b still listed: {state}");
+        tokio::time::sleep(Duration::from_millis(20)).await; // poll interval of the bounded wait
+    }
+}

@@ -87,6 +87,11 @@ impl FlowController {
         self.queues().len()
     }
 
+    /// What waits in each priority band now (highest priority first).
+    pub fn bands(&self) -> Vec<super::queue::BandLoad> {
+        self.queues().bands()
+    }
+
     /// Follows the number of waiting requests (updated on every change).
     pub fn subscribe_queued(&self) -> watch::Receiver<u64> {
         self.length.subscribe()

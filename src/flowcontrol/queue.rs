@@ -179,6 +179,19 @@ impl<T> Band<T> {
     }
 }
 
+/// What one priority band holds (`/debug/state`).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct BandLoad {
+    /// The band's priority.
+    pub priority: i32,
+    /// Requests waiting.
+    pub requests: u64,
+    /// Bytes of the waiting requests' bodies.
+    pub bytes: u64,
+    /// Flows (fairness ids) with a waiting request.
+    pub flows: usize,
+}
+
 /// All bands of one pool.
 #[derive(Debug)]
 pub struct Queues<T> {
@@ -208,6 +221,20 @@ impl<T> Queues<T> {
     /// Queued bytes.
     pub fn bytes(&self) -> u64 {
         self.bytes
+    }
+
+    /// Per priority band (highest first): what waits in it now. Bands that never held a
+    /// request are absent.
+    pub fn bands(&self) -> Vec<BandLoad> {
+        self.bands
+            .iter()
+            .map(|(Reverse(priority), band)| BandLoad {
+                priority: *priority,
+                requests: band.requests,
+                bytes: band.bytes,
+                flows: band.flows.len(),
+            })
+            .collect()
     }
 
     /// Queues a request without an SLO deadline, or reports the limit it would exceed.
@@ -301,10 +328,13 @@ mod tests {
         {
             q.push(flow, priority, 1, None, name).unwrap();
         }
+        let load = |priority, requests, flows| BandLoad { priority, requests, bytes: requests, flows };
+        assert_eq!(q.bands(), [load(10, 1, 1), load(0, 3, 2), load(-1, 1, 1)], "highest priority first");
         assert_eq!(q.head_priority(), Some(10));
         assert_eq!(drain(&mut q), ["a10", "a0", "b0", "a0'", "b-1"]);
         assert!(q.is_empty());
         assert_eq!(q.bytes(), 0);
+        assert!(q.bands().iter().all(|b| b.requests == 0 && b.bytes == 0 && b.flows == 0), "{:?}", q.bands());
     }
 
     #[test]

@@ -3,7 +3,9 @@
 //! One [`KvCacheMetrics`] is registered on the process registry by the
 //! integrator and shared as `Arc`; there are no global statics. Names use the
 //! `epp_kv_` prefix. Per-endpoint series (`endpoint` label) are removed with
-//! [`KvCacheMetrics::forget_endpoint`] when an endpoint leaves.
+//! [`KvCacheMetrics::forget_endpoint`] when an endpoint leaves;
+//! `epp_kv_index_endpoint_blocks{endpoint}` is read from the live indexes at each scrape
+//! ([`EndpointBlocks`]), so it lists exactly the endpoints an index knows.
 
 use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
@@ -83,6 +85,41 @@ pub struct KvCacheMetrics {
     pub redis: super::redis_index::metrics::RedisIndexMetrics,
     /// Drift state `/readyz` reports (shared by clones; not a Prometheus series).
     pub status: super::status::KvStatus,
+    /// The SUB sockets, for `/debug/state` (shared by clones; not a Prometheus series).
+    pub subscriptions: super::board::SubscriptionBoard,
+    /// The live prefix indexes, read by `epp_kv_index_endpoint_blocks` and `/debug/state`.
+    pub indexes: super::board::IndexBoard,
+}
+
+/// `epp_kv_index_endpoint_blocks{endpoint}`: blocks each endpoint holds in the live prefix
+/// indexes (any tier), counted at collection time (one pass over each index).
+#[derive(Clone, Debug)]
+pub struct EndpointBlocks {
+    indexes: super::board::IndexBoard,
+    template: IntGaugeVec,
+}
+
+impl EndpointBlocks {
+    const NAME: &'static str = "epp_kv_index_endpoint_blocks";
+    const HELP: &'static str = "Blocks each endpoint holds in the prefix index (any tier)";
+
+    fn new(indexes: super::board::IndexBoard) -> Result<Self, prometheus::Error> {
+        Ok(Self { indexes, template: IntGaugeVec::new(Opts::new(Self::NAME, Self::HELP), &["endpoint"])? })
+    }
+}
+
+impl prometheus::core::Collector for EndpointBlocks {
+    fn desc(&self) -> Vec<&prometheus::core::Desc> {
+        self.template.desc()
+    }
+
+    fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
+        let Ok(gauges) = IntGaugeVec::new(Opts::new(Self::NAME, Self::HELP), &["endpoint"]) else { return Vec::new() };
+        for (endpoint, blocks) in self.indexes.blocks_by_endpoint() {
+            gauges.with_label_values(&[endpoint.as_str()]).set(i64::try_from(blocks).unwrap_or(i64::MAX));
+        }
+        prometheus::core::Collector::collect(&gauges)
+    }
 }
 
 fn reg<C: prometheus::core::Collector + Clone + 'static>(r: &Registry, c: C) -> Result<C, prometheus::Error> {
@@ -96,6 +133,8 @@ impl KvCacheMetrics {
         let counter = |n: &str, h: &str| reg(r, IntCounter::new(n, h)?);
         let counter_vec = |n: &str, h: &str, l: &[&str]| reg(r, IntCounterVec::new(Opts::new(n, h), l)?);
         let ratio_buckets = vec![0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0];
+        let indexes = super::board::IndexBoard::default();
+        reg(r, EndpointBlocks::new(indexes.clone())?)?;
         Ok(KvCacheMetrics {
             events: counter_vec("epp_kv_events_total", "KV events by kind and outcome", &["kind", "outcome"])?,
             blocks: counter_vec("epp_kv_blocks_total", "Engine blocks applied by operation", &["op"])?,
@@ -188,6 +227,8 @@ impl KvCacheMetrics {
             )?,
             redis: super::redis_index::metrics::RedisIndexMetrics::register(r)?,
             status: super::status::KvStatus::default(),
+            subscriptions: super::board::SubscriptionBoard::default(),
+            indexes,
         })
     }
 

@@ -23,10 +23,12 @@
 //! * [`drift`]: do published hashes match the configured vLLM hashing?
 //! * [`redis_index`]: the same index kept in Redis in llm-d's layout, shared by replicas.
 //! * [`metrics`]: Prometheus series (`epp_kv_*`).
+//! * [`board`]: the live SUB sockets and prefix indexes, for `/debug/state`.
 //!
 //! Not here: tokenisation, scoring policy (plugins read [`EndpointMatch`]),
 //! endpoint discovery (the caller feeds a `watch` of [`KvEventSource`]).
 
+pub mod board;
 pub mod decode;
 pub mod drift;
 pub mod encode;

@@ -1,6 +1,8 @@
 //! The admin HTTP server on `--metrics-port`: `GET /metrics` (Prometheus text of the one
-//! registry), `GET /healthz` (alive) and `GET /readyz` (ready to route). Plain HTTP/1.1.
-//! An optional [`MetricsGuard`] decides on every `/metrics` request from its bearer token
+//! registry), `GET /healthz` (alive), `GET /readyz` (ready to route), and when enabled
+//! `/debug/pprof/` (`--enable-pprof`, [`super::profiling`]) and `/debug/state` (a JSON
+//! snapshot from [`StateSource`]). Plain HTTP/1.1. An optional [`MetricsGuard`] decides on
+//! every `/metrics` and `/debug/...` request from its bearer token
 //! (`--metrics-endpoint-auth`: Kubernetes token and access reviews); `/healthz` and
 //! `/readyz` stay open. With a rustls config (`--metrics-cert-dir`,
 //! `--metrics-client-ca-file`) every connection is TLS (handshake bounded in time).
@@ -42,6 +44,18 @@ pub struct AdminOptions {
     pub guard: Option<MetricsGuard>,
     /// TLS on every connection (`None`: plain HTTP).
     pub tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
+    /// Serve `/debug/pprof/` (`--enable-pprof`).
+    pub pprof: bool,
+    /// Source of `/debug/state` (`None`: not served).
+    pub state: Option<StateSource>,
+}
+
+/// Builds the `/debug/state` document when asked.
+pub type StateSource = Arc<dyn Fn() -> serde_json::Value + Send + Sync>;
+
+/// Paths the [`MetricsGuard`] protects.
+fn is_guarded(path: &str) -> bool {
+    path == "/metrics" || path.starts_with("/debug/")
 }
 
 /// Serves the admin endpoints on the connections of `incoming` (the guarded accept loop:
@@ -78,12 +92,16 @@ pub async fn serve(
                 let (registry, ready, options) = (registry.clone(), ready.clone(), options.clone());
                 async move {
                     let _busy = busy;
-                    if let (Some(guard), "/metrics") = (&options.guard, req.uri().path()) {
+                    if let Some(guard) = options.guard.as_ref().filter(|_| is_guarded(req.uri().path())) {
                         let status = guard(bearer_token(&req)).await;
                         if status != StatusCode::OK {
                             let reason = status.canonical_reason().unwrap_or("denied");
                             return Ok::<_, Infallible>(text(status, format!("{reason}\n")));
                         }
+                    }
+                    if req.method() == Method::GET && req.uri().path().starts_with("/debug/") {
+                        let (path, query) = (req.uri().path().to_owned(), req.uri().query().map(str::to_owned));
+                        return Ok::<_, Infallible>(debug(&path, query.as_deref(), &options).await);
                     }
                     Ok::<_, Infallible>(route(&req, &registry, &ready, &options.naming))
                 }
@@ -134,6 +152,28 @@ fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
     r
 }
 
+/// `/debug/pprof/...` and `/debug/state`, each `404` unless enabled.
+async fn debug(path: &str, query: Option<&str>, options: &AdminOptions) -> Response<Full<Bytes>> {
+    if options.pprof && (path == "/debug/pprof" || path.starts_with("/debug/pprof/")) {
+        let reply = super::profiling::handle(path, query).await;
+        return with_content_type(text(reply.status, reply.body), reply.content_type);
+    }
+    match (&options.state, path) {
+        (Some(state), "/debug/state") => match serde_json::to_vec_pretty(&state()) {
+            Ok(body) => with_content_type(text(StatusCode::OK, body), "application/json"),
+            Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("encode failed: {e}\n")),
+        },
+        _ => text(StatusCode::NOT_FOUND, "not found\n"),
+    }
+}
+
+fn with_content_type(mut response: Response<Full<Bytes>>, content_type: &str) -> Response<Full<Bytes>> {
+    if let Ok(v) = hyper::header::HeaderValue::from_str(content_type) {
+        response.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
+    }
+    response
+}
+
 fn route<B>(
     req: &Request<B>,
     registry: &Registry,
@@ -150,11 +190,7 @@ fn route<B>(
             if let Err(e) = encoder.encode(&naming.filter(registry.gather()), &mut buf) {
                 return text(StatusCode::INTERNAL_SERVER_ERROR, format!("encode failed: {e}\n"));
             }
-            let mut r = text(StatusCode::OK, buf);
-            if let Ok(v) = hyper::header::HeaderValue::from_str(encoder.format_type()) {
-                r.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
-            }
-            r
+            with_content_type(text(StatusCode::OK, buf), encoder.format_type())
         }
         "/healthz" => text(StatusCode::OK, "ok\n"),
         "/readyz" => match ready() {

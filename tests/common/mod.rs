@@ -408,19 +408,27 @@ pub async fn scrape(addr: SocketAddr) -> String {
 
 /// GETs `path` from the admin server: (status, body).
 pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
+    let (status, body) = http_get_bytes(addr, path, None).await;
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+/// GETs `path` from the admin server with an optional bearer token: (status, body bytes).
+pub async fn http_get_bytes(addr: SocketAddr, path: &str, token: Option<&str>) -> (u16, Bytes) {
     let stream = tokio::net::TcpStream::connect(addr).await.expect("connect admin");
     let (mut sender, conn) =
         hyper::client::conn::http1::handshake::<_, http_body_util::Empty<Bytes>>(TokioIo::new(stream))
             .await
             .expect("handshake");
     tokio::spawn(conn);
-    let req =
-        hyper::Request::get(path).header("host", "localhost").body(http_body_util::Empty::new()).expect("request");
+    let mut req = hyper::Request::get(path).header("host", "localhost");
+    if let Some(token) = token {
+        req = req.header("authorization", format!("Bearer {token}"));
+    }
+    let req = req.body(http_body_util::Empty::new()).expect("request");
     let resp = sender.send_request(req).await.expect("admin response");
     let status = resp.status().as_u16();
     use http_body_util::BodyExt;
-    let body = resp.into_body().collect().await.expect("body").to_bytes();
-    (status, String::from_utf8_lossy(&body).into_owned())
+    (status, resp.into_body().collect().await.expect("body").to_bytes())
 }
 
 /// A chat body.

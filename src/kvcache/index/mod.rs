@@ -331,6 +331,20 @@ impl PrefixIndex {
         self.ambiguous_refs.load(Ordering::Relaxed)
     }
 
+    /// Keys (blocks) each registered endpoint holds in any tier, 0 for one that holds none.
+    /// One pass over every shard, each under its read lock in turn (a writer waits at most
+    /// one shard's pass).
+    pub fn blocks_by_endpoint(&self) -> Vec<(Arc<str>, u64)> {
+        let mut blocks = Vec::new();
+        for shard in self.shards.iter() {
+            read(&shard.table).count_keys_by_endpoint(&mut blocks);
+        }
+        read(&self.registry)
+            .live()
+            .map(|(id, name)| (name.clone(), blocks.get(usize::from(id)).copied().unwrap_or(0)))
+            .collect()
+    }
+
     /// Registered endpoints.
     pub fn endpoints(&self) -> usize {
         read(&self.registry).len()

@@ -60,6 +60,11 @@ impl Registry {
         self.free.push(id);
     }
 
+    /// Live endpoints with their ids.
+    pub fn live(&self) -> impl Iterator<Item = (EndpointId, &Arc<str>)> {
+        self.names.iter().enumerate().filter_map(|(id, name)| Some((id as EndpointId, name.as_ref()?)))
+    }
+
     /// Live endpoints.
     pub fn len(&self) -> usize {
         self.by_name.len()

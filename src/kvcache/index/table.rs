@@ -198,6 +198,34 @@ impl Table {
         true
     }
 
+    /// Adds to `blocks[ep]` the number of keys endpoint `ep` holds (in any tier), growing
+    /// `blocks` as needed. One pass over the table.
+    pub fn count_keys_by_endpoint(&self, blocks: &mut Vec<u64>) {
+        let mut holders: Vec<EndpointId> = Vec::new();
+        let mut count = |slot: u64| {
+            holders.clear();
+            self.for_each_in_slot(slot, |h| {
+                let ep = holder::endpoint(h);
+                if !holders.contains(&ep) {
+                    holders.push(ep);
+                }
+            });
+            for ep in &holders {
+                let ep = usize::from(*ep);
+                if blocks.len() <= ep {
+                    blocks.resize(ep + 1, 0);
+                }
+                blocks[ep] += 1;
+            }
+        };
+        count(self.zero);
+        for &[key, slot] in self.buckets.iter() {
+            if key != 0 {
+                count(slot);
+            }
+        }
+    }
+
     /// Calls `f` with each holder of `key`; returns false when the key is absent.
     #[cfg(test)]
     pub fn for_each_holder(&self, key: u64, f: impl FnMut(u32)) -> bool {

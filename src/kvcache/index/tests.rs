@@ -220,8 +220,36 @@ fn run_ops(ops: Vec<Op>, mode: AddMode) -> Result<(), TestCaseError> {
         }
         let want: usize = m.values().map(BTreeMap::len).sum();
         prop_assert_eq!(idx.entries(), want);
+        let mut want_blocks: BTreeMap<String, u64> = BTreeMap::new();
+        for ((e, _), tiers) in &m {
+            if !tiers.is_empty() {
+                *want_blocks.entry(format!("ep{e}")).or_default() += 1;
+            }
+        }
+        let got_blocks: BTreeMap<String, u64> =
+            idx.blocks_by_endpoint().into_iter().filter(|(_, n)| *n > 0).map(|(e, n)| (e.to_string(), n)).collect();
+        prop_assert_eq!(got_blocks, want_blocks);
     }
     Ok(())
+}
+
+#[test]
+fn blocks_by_endpoint_count_keys_once_across_tiers() {
+    let idx = engine_index();
+    idx.store_keys("a", Tier::Gpu, &[0, 1, 2, 3], AddMode::Set);
+    idx.store_keys("a", Tier::Cpu, &[1, 2], AddMode::Set);
+    idx.store_keys("b", Tier::Gpu, &[1], AddMode::Set);
+    idx.store_keys("c", Tier::Gpu, &[1], AddMode::Set);
+    let blocks: BTreeMap<String, u64> = idx.blocks_by_endpoint().into_iter().map(|(e, n)| (e.to_string(), n)).collect();
+    assert_eq!(blocks, BTreeMap::from([("a".into(), 4), ("b".into(), 1), ("c".into(), 1)]));
+    idx.clear_endpoint("b");
+    idx.remove_endpoint("c");
+    let blocks: BTreeMap<String, u64> = idx.blocks_by_endpoint().into_iter().map(|(e, n)| (e.to_string(), n)).collect();
+    assert_eq!(
+        blocks,
+        BTreeMap::from([("a".into(), 4), ("b".into(), 0)]),
+        "a cleared endpoint stays, a removed one goes"
+    );
 }
 
 proptest! {

@@ -57,6 +57,7 @@ use self::socket::{Attribution, Intake};
 use self::supervise::Backoff;
 use self::worker::{Job, WorkerDeps};
 use super::drift::DriftDetector;
+use super::index::PrefixIndex;
 use super::metrics::KvCacheMetrics;
 use super::sink::IndexSink;
 use arc_swap::ArcSwap;
@@ -144,6 +145,29 @@ pub enum SubscriberError {
     },
 }
 
+/// How often the running subscriber refreshes the index size gauges (`epp_kv_index_*`).
+pub const GAUGE_REFRESH: Duration = Duration::from_secs(5);
+
+/// Sets the index size gauges from `index`.
+fn refresh_index_gauges(index: &PrefixIndex, m: &KvCacheMetrics) {
+    m.index_entries.set(index.entries() as i64);
+    m.index_bytes.set(index.approx_bytes() as i64);
+    m.index_evictions.set(index.evictions() as i64);
+    m.index_ambiguous_refs.set(index.ambiguous_refs() as i64);
+}
+
+/// Refreshes the index size gauges every [`GAUGE_REFRESH`] until `cancel`.
+async fn refresh_gauges_periodically(index: Arc<PrefixIndex>, metrics: Arc<KvCacheMetrics>, cancel: CancellationToken) {
+    let mut tick = tokio::time::interval(GAUGE_REFRESH);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tick.tick() => refresh_index_gauges(&index, &metrics),
+        }
+    }
+}
+
 /// Entry point; see [`Subscriber::spawn`].
 #[derive(Debug)]
 pub struct Subscriber;
@@ -214,6 +238,9 @@ impl Subscriber {
             tasks.push(tokio::spawn(run));
         }
         tasks.push(tokio::spawn(socket::run_manager(config, sources, intake.clone(), attribution, cancel.clone())));
+        if let Some(memory) = index.memory() {
+            tasks.push(tokio::spawn(refresh_gauges_periodically(memory.clone(), metrics.clone(), cancel.clone())));
+        }
         Ok(SubscriberHandle { intake, index, central, cancel, tasks: Mutex::new(tasks) })
     }
 }
@@ -260,12 +287,9 @@ impl SubscriberHandle {
 
     /// Updates the index size gauges (in-memory index only).
     pub fn refresh_gauges(&self) {
-        let Some(index) = self.index.memory() else { return };
-        let m = &self.intake.metrics;
-        m.index_entries.set(index.entries() as i64);
-        m.index_bytes.set(index.approx_bytes() as i64);
-        m.index_evictions.set(index.evictions() as i64);
-        m.index_ambiguous_refs.set(index.ambiguous_refs() as i64);
+        if let Some(index) = self.index.memory() {
+            refresh_index_gauges(index, &self.intake.metrics);
+        }
     }
 
     /// Cancels every task and waits for them.

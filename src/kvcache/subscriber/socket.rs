@@ -29,6 +29,7 @@ use super::limits::{WireLimits, rejection_reason};
 use super::supervise::{Active, Backoff, Stopped, supervise};
 use super::worker::{Envelope, Job, shard_of};
 use super::{KvEventSource, SubscriberConfig, SubscriberError};
+use crate::kvcache::board::Subscription;
 use crate::kvcache::metrics::KvCacheMetrics;
 
 /// Queues into the workers plus the received-message counter behind `flush`.
@@ -207,12 +208,15 @@ pub async fn run_central(
                 }
             };
             let _active = Active::new(&intake.metrics.active_subscribers);
+            let board = intake.metrics.subscriptions.register(None, bound.clone());
             let attribute = |f: &frames::Frames| {
                 let pod = pod_address(topic(&f.topic).pod)?;
                 attribution.load().get(&pod).cloned()
             };
             let on_message = |m| intake.accept(m, attribute);
-            read_until_cancelled(&mut sock, monitor, &intake, None, "connected", &cancel, on_message).await;
+            let reader =
+                ReceiveLoop { intake: &intake, endpoint: None, connected_as: "connected", board: &board.state };
+            reader.read_until_cancelled(&mut sock, monitor, &cancel, on_message).await;
             Ok(())
         }
     })
@@ -224,6 +228,7 @@ async fn run_source(dial: String, src: Source, intake: Arc<Intake>, cancel: Canc
     let (initial, max) = (intake.backoff.initial, intake.backoff.max);
     let mut delay = initial;
     let mut failures = 0u32;
+    let board = intake.metrics.subscriptions.register(Some(src.name.clone()), dial.clone());
     let mut sock = loop {
         let mut s = SubSocket::with_options(intake.limits.socket_options());
         let connected = tokio::select! {
@@ -250,11 +255,14 @@ async fn run_source(dial: String, src: Source, intake: Arc<Intake>, cancel: Canc
     tracing::info!(endpoint = %src.name, dial, "KV event subscriber connected");
     let _active = Active::new(&intake.metrics.active_subscribers);
     intake.metrics.peer_events.with_label_values(&["connected"]).inc();
+    board.state.peer_connected();
     // The monitor starts after the first connect: any later `Connected` is a reconnection.
     let name = src.name.clone();
     let on_message = |m| intake.accept(m, |_| Some(src.clone()));
     let monitor: Monitor = Box::pin(sock.monitor());
-    read_until_cancelled(&mut sock, monitor, &intake, Some(&name), "reconnected", &cancel, on_message).await;
+    let reader =
+        ReceiveLoop { intake: &intake, endpoint: Some(&name), connected_as: "reconnected", board: &board.state };
+    reader.read_until_cancelled(&mut sock, monitor, &cancel, on_message).await;
     Ok(())
 }
 
@@ -273,41 +281,61 @@ fn count_rejection(intake: &Intake, endpoint: Option<&str>, e: &zeromq::ZmqError
     true
 }
 
-/// Reads `sock` until `cancel`: messages go to `on_message`, the socket monitor's events to
-/// `epp_kv_peer_events_total` (a new connection counted as `connected_as`), and receive errors
-/// (a peer dropped) are counted and survived.
-async fn read_until_cancelled(
-    sock: &mut SubSocket,
-    mut monitor: Monitor,
-    intake: &Intake,
-    endpoint: Option<&str>,
+/// What one receive loop reports to.
+struct ReceiveLoop<'a> {
+    intake: &'a Intake,
+    /// The endpoint of a connecting socket (`None`: the central socket).
+    endpoint: Option<&'a str>,
+    /// How a new connection is counted in `epp_kv_peer_events_total`.
     connected_as: &'static str,
-    cancel: &CancellationToken,
-    mut on_message: impl FnMut(zeromq::ZmqMessage),
-) {
-    loop {
-        let msg = tokio::select! {
-            biased;
-            _ = cancel.cancelled() => return,
-            Some(e) = monitor.next() => {
-                if let SocketEvent::AcceptFailed(error) = &e
-                    && !count_rejection(intake, endpoint, error)
-                {
-                    // Handshake timeout, bad greeting, incompatible socket type, ...
-                    intake.metrics.zmq_errors.with_label_values(&["handshake"]).inc();
-                    tracing::debug!(error = %error, "KV event publisher handshake failed");
+    /// The socket's entry on the subscription board (`/debug/state`).
+    board: &'a Subscription,
+}
+
+impl ReceiveLoop<'_> {
+    /// Reads `sock` until `cancel`: messages go to `on_message`, the socket monitor's events to
+    /// `epp_kv_peer_events_total` (a new connection counted as `connected_as`) and the board, and
+    /// receive errors (a peer dropped) are counted and survived.
+    async fn read_until_cancelled(
+        &self,
+        sock: &mut SubSocket,
+        mut monitor: Monitor,
+        cancel: &CancellationToken,
+        mut on_message: impl FnMut(zeromq::ZmqMessage),
+    ) {
+        let ReceiveLoop { intake, endpoint, connected_as, board } = *self;
+        loop {
+            let msg = tokio::select! {
+                biased;
+                _ = cancel.cancelled() => return,
+                Some(e) = monitor.next() => {
+                    if let SocketEvent::AcceptFailed(error) = &e
+                        && !count_rejection(intake, endpoint, error)
+                    {
+                        // Handshake timeout, bad greeting, incompatible socket type, ...
+                        intake.metrics.zmq_errors.with_label_values(&["handshake"]).inc();
+                        tracing::debug!(error = %error, "KV event publisher handshake failed");
+                    }
+                    match e {
+                        SocketEvent::Accepted(..) | SocketEvent::Connected(..) => board.peer_connected(),
+                        SocketEvent::Disconnected(_) => board.peer_disconnected(),
+                        _ => {}
+                    }
+                    peer_event(&intake.metrics, endpoint, &e, connected_as);
+                    continue;
                 }
-                peer_event(&intake.metrics, endpoint, &e, connected_as);
-                continue;
-            }
-            m = sock.recv() => m,
-        };
-        match msg {
-            Ok(m) => on_message(m),
-            Err(e) => {
-                if !count_rejection(intake, endpoint, &e) {
-                    intake.metrics.zmq_errors.with_label_values(&["recv"]).inc();
-                    tracing::debug!(endpoint, error = %e, "KV event receive error (peer dropped)");
+                m = sock.recv() => m,
+            };
+            match msg {
+                Ok(m) => {
+                    board.touch();
+                    on_message(m);
+                }
+                Err(e) => {
+                    if !count_rejection(intake, endpoint, &e) {
+                        intake.metrics.zmq_errors.with_label_values(&["recv"]).inc();
+                        tracing::debug!(endpoint, error = %e, "KV event receive error (peer dropped)");
+                    }
                 }
             }
         }

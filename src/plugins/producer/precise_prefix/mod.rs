@@ -86,6 +86,7 @@ pub fn build_producer(
         })?)),
         None => {
             cx.indexes.register(spec.name.clone(), index.clone());
+            cx.metrics.kv.indexes.track(&index);
             None
         }
     };
