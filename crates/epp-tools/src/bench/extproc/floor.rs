@@ -43,12 +43,8 @@ impl ExternalProcessor for Floor {
         &self,
         request: Request<Streaming<ProcessingRequest>>,
     ) -> Result<Response<Self::ProcessStream>, Status> {
-        let stream = FloorStream {
-            inbound: request.into_inner(),
-            buffered: false,
-            body: Vec::new(),
-            pending: VecDeque::new(),
-        };
+        let stream =
+            FloorStream { inbound: request.into_inner(), buffered: false, body: Vec::new(), pending: VecDeque::new() };
         Ok(Response::new(Box::pin(stream)))
     }
 }
@@ -151,8 +147,11 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<TcpIncoming> {
 
 /// `epp-tools bench floor-server`: serves the floor on `addr` until Ctrl-C (or SIGTERM).
 pub fn serve_until_ctrl_c(addr: SocketAddr, threads: usize) -> anyhow::Result<()> {
-    let runtime =
-        tokio::runtime::Builder::new_multi_thread().worker_threads(threads.max(1)).thread_name("floor-srv").enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads.max(1))
+        .thread_name("floor-srv")
+        .enable_all()
+        .build()?;
     runtime.block_on(async {
         let listener = bind(addr)?;
         println!("floor ext_proc server on {}", listener.local_addr()?);
