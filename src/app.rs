@@ -428,8 +428,10 @@ impl App {
             let errors = scrape_metrics.poll_errors.clone();
             tasks.spawn(run_models_pollers(store.clone(), Arc::new(config), errors, cancel.clone()));
         }
+        // Files are loaded by now; a Kubernetes source signals its first sync.
+        let mut endpoints_synced = tokio::sync::watch::channel(true).1;
         if let (Some(kube), Some(k)) = (&kube, &settings.kubernetes) {
-            start_pool_discovery(kube, k, &store, &health_state, &cancel, &mut tasks);
+            endpoints_synced = start_pool_discovery(kube, k, &store, &health_state, &cancel, &mut tasks);
             if let Some(pool) = &k.pool {
                 // Objects reference an InferencePool; standalone mode has none to match.
                 let pool = crate::k8s::objectives::PoolIdentity { name: pool.name.clone(), group: pool.group.clone() };
@@ -448,7 +450,7 @@ impl App {
         tasks.spawn(run_scrapers(store.clone(), Arc::new(scrape), scrape_metrics, cancel.clone()));
         tasks.spawn(crate::memory::run_trimmer(crate::memory::TRIM_PERIOD, cancel.clone()));
         if let Some(sync) = &replica_sync {
-            sync.spawn(&mut tasks, &cancel);
+            sync.spawn(&mut tasks, &cancel, endpoints_synced);
         }
         info!(%grpc_addr, %health_addr, %metrics_addr, tls = settings.secure_serving, "epp serving");
         let service_set =
@@ -645,7 +647,7 @@ fn start_leader_election(
 }
 
 /// Starts InferencePool or standalone (`--endpoint-selector`) discovery; readiness follows
-/// its first sync.
+/// its first sync. Returns that sync's signal (true at once when there is nothing to discover).
 fn start_pool_discovery(
     kube: &crate::k8s::KubeHandle,
     k: &KubeSettings,
@@ -653,8 +655,9 @@ fn start_pool_discovery(
     health: &HealthState,
     cancel: &CancellationToken,
     tasks: &mut JoinSet<()>,
-) {
+) -> tokio::sync::watch::Receiver<bool> {
     let (synced, mut synced_rx) = tokio::sync::watch::channel(false);
+    let endpoints_synced = synced_rx.clone();
     let pool = match (&k.pool, &k.standalone) {
         (Some(pool), _) => pool.clone(),
         (None, Some(spec)) => crate::k8s::pool::PoolRef {
@@ -662,7 +665,7 @@ fn start_pool_discovery(
             namespace: k.namespace.clone(),
             group: crate::k8s::pool::GROUP_V1.into(),
         },
-        (None, None) => return,
+        (None, None) => return tokio::sync::watch::channel(true).1,
     };
     let discovery = crate::k8s::discovery::PoolDiscovery {
         client: kube.client.clone(),
@@ -697,6 +700,7 @@ fn start_pool_discovery(
         }
         (None, None) => {}
     }
+    endpoints_synced
 }
 
 /// The scraper's settings: built-in engines, the config's `engineConfigs`, then the Go EPPs'

@@ -143,36 +143,51 @@ async fn serve_until_drained(args: epp::cli::ServeArgs) -> anyhow::Result<()> {
             "none of --endpoints-file, --pool-name, --endpoint-selector given: every request will get 503 until endpoints are configured"
         );
     }
+    let mut signals = ShutdownSignals::install();
     let app = App::start(settings).await?;
-    shutdown_signal().await;
+    signals.recv().await;
     let plan = DrainPlan { grace: args.drain_grace.min(args.drain_timeout), timeout: args.drain_timeout };
     tracing::info!(grace = ?plan.grace, timeout = ?plan.timeout, "Shutdown signal received");
     // A second signal ends the drain at once.
     tokio::select! {
         report = app.drain(plan) => tracing::info!(cut_streams = report.cut_streams, "Exiting"),
-        () = shutdown_signal() => tracing::warn!("Second shutdown signal; exiting without waiting for open streams"),
+        () = signals.recv() => tracing::warn!("Second shutdown signal; exiting without waiting for open streams"),
     }
     Ok(())
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
+/// SIGINT and SIGTERM, caught from before the app starts: readiness can turn SERVING inside
+/// `App::start`, and a SIGTERM right after it must drain, not kill the process.
+struct ShutdownSignals {
     #[cfg(unix)]
-    {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(_) => {
-                let _ = ctrl_c.await;
-                return;
-            }
-        };
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
+    streams: Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>,
+}
+
+impl ShutdownSignals {
+    /// Installs the handlers (inside the runtime).
+    fn install() -> Self {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            let streams = signal(SignalKind::interrupt()).ok().zip(signal(SignalKind::terminate()).ok());
+            Self { streams }
+        }
+        #[cfg(not(unix))]
+        {
+            Self {}
         }
     }
-    #[cfg(not(unix))]
-    {
-        let _ = ctrl_c.await;
+
+    /// The next signal.
+    async fn recv(&mut self) {
+        #[cfg(unix)]
+        if let Some((interrupt, terminate)) = &mut self.streams {
+            tokio::select! {
+                _ = interrupt.recv() => {}
+                _ = terminate.recv() => {}
+            }
+            return;
+        }
+        let _ = tokio::signal::ctrl_c().await;
     }
 }

@@ -8,6 +8,7 @@ mod common;
 use std::time::Duration;
 
 use common::redis_server::RedisServer;
+use common::replica::{metric, received, route_on, turn};
 use common::*;
 use epp::replica::SyncSettings;
 use epp::replica::applier::AppliedCounts;
@@ -64,35 +65,9 @@ async fn sharing_pair(eps: &str, url: &str) -> [TestEpp; 2] {
     replicas
 }
 
-fn turn(conversation: usize, follow_up: bool) -> Vec<u8> {
-    let system = format!("Conversation {conversation}. {}", "You are a careful assistant. ".repeat(100));
-    let mut messages = vec![
-        serde_json::json!({"role": "system", "content": system}),
-        serde_json::json!({"role": "user", "content": "What changed in the report?"}),
-    ];
-    if follow_up {
-        messages.push(serde_json::json!({"role": "assistant", "content": "Three figures were revised."}));
-        messages.push(serde_json::json!({"role": "user", "content": "Which one matters most?"}));
-    }
-    serde_json::to_vec(&serde_json::json!({"model": "m", "messages": messages})).expect("json")
-}
-
 /// Routes one chat request through `epp` (full duplex) and returns the destination.
 async fn route(epp: &TestEpp, body: &[u8], headers: &[(&str, &str)]) -> String {
-    let mut client = epp.client().await;
-    let mut ex = Exchange::open(&mut client).await;
-    ex.send(request_headers("/v1/chat/completions", headers, false, Some((FULL_DUPLEX, FULL_DUPLEX)))).await;
-    ex.send(request_body(body, true)).await;
-    let reply = ex.next().await;
-    set_header(&reply, "x-gateway-destination-endpoint").unwrap_or_else(|| panic!("no destination: {reply:?}"))
-}
-
-/// The value of an unlabelled series, or of `name{labels}`, in `/metrics` text.
-fn metric(text: &str, series: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(series).and_then(|rest| rest.strip_prefix(' ')))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("{series} not in /metrics"))
+    route_on(&mut epp.client().await, body, headers).await
 }
 
 /// The case: every follow-up reaches the other replica; with sync all 12 land on the
@@ -215,11 +190,9 @@ async fn malformed_and_foreign_messages_are_counted_and_ignored() {
     }
     wait_applied(&epp, |a| a.prefix >= 1).await;
     let text = scrape(epp.app.metrics_addr).await;
-    let received =
-        |outcome: &str| metric(&text, &format!("epp_replica_sync_messages_received_total{{outcome=\"{outcome}\"}}"));
-    assert_eq!(received("malformed"), 2.0);
-    assert_eq!(received("foreign_version"), 1.0);
-    assert_eq!(received("unknown_plugin"), 1.0);
+    assert_eq!(received(&text, "malformed"), 2.0);
+    assert_eq!(received(&text, "foreign_version"), 1.0);
+    assert_eq!(received(&text, "unknown_plugin"), 1.0);
     route(&epp, &turn(0, false), &[]).await;
 }
 

@@ -96,8 +96,9 @@ impl ReplicaSync {
     }
 
     /// Starts the publisher, the reader and the heartbeat on `tasks` (once; later calls do
-    /// nothing).
-    pub fn spawn(&self, tasks: &mut JoinSet<()>, cancel: &CancellationToken) {
+    /// nothing). The reader's first catch-up waits for `endpoints_synced` (the endpoint
+    /// source's first sync): updates for endpoints this replica does not know yet are skipped.
+    pub fn spawn(&self, tasks: &mut JoinSet<()>, cancel: &CancellationToken, endpoints_synced: watch::Receiver<bool>) {
         let Some(rx) = self.queue.lock().unwrap_or_else(|p| p.into_inner()).take() else { return };
         tracing::info!(url = %self.settings.redacted(), key = %self.settings.key, replica = %self.replica, "Replica sync on");
         let health = Arc::new(Health::new(self.metrics.clone()));
@@ -115,6 +116,7 @@ impl ReplicaSync {
             self.applier.clone(),
             health,
             self.metrics.clone(),
+            endpoints_synced,
             cancel.clone(),
         ));
         tasks.spawn(heartbeat(self.outbox.clone(), self.applier.clone(), self.settings.heartbeat, cancel.clone()));

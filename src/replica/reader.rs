@@ -1,4 +1,6 @@
-//! The reading side: catch-up and follow. After every (re)connect the reader counts a
+//! The reading side: catch-up and follow. The first catch-up waits for the endpoint source's
+//! first sync (a restarted replica in Kubernetes would otherwise replay prefix entries for
+//! pods it has not discovered yet, and skip them). After every (re)connect the reader counts a
 //! resync, checks whether the stream was trimmed past its position (a gap), reads the
 //! retained entries after its position in pages without blocking (catch-up: no lag
 //! recorded), then follows with `XREAD BLOCK`. Its position is the id of the last entry it
@@ -52,8 +54,14 @@ pub async fn run(
     applier: Arc<Applier>,
     health: Arc<Health>,
     metrics: SyncMetrics,
+    mut endpoints_synced: tokio::sync::watch::Receiver<bool>,
     cancel: CancellationToken,
 ) {
+    tokio::select! {
+        _ = cancel.cancelled() => return,
+        // A source that stops before syncing (its sender dropped): catch up anyway.
+        _ = endpoints_synced.wait_for(|synced| *synced) => {}
+    }
     let mut position = EntryId::START;
     let mut backoff = Backoff::default();
     loop {

@@ -26,8 +26,10 @@ use prost_types::value::Kind;
 use tokio::net::TcpListener;
 pub mod kube;
 pub mod kv;
+pub mod netns;
 pub mod process;
 pub mod redis_server;
+pub mod replica;
 
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt;

@@ -2,7 +2,7 @@
 //! bounded waits for exit, and clients for its health and ext_proc ports (TLS accepting the
 //! self-signed certificate).
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -34,18 +34,31 @@ impl EppProcess {
     /// Starts `epp args... --grpc-port=.. --grpc-health-port=.. --metrics-port=..
     /// --bind-address=127.0.0.1` with `env`.
     pub fn spawn(args: &[String], env: &[(&str, &str)]) -> Self {
+        Self::spawn_in(None, IpAddr::from([127, 0, 0, 1]), args, env)
+    }
+
+    /// [`EppProcess::spawn`] inside network namespace `netns` (`ip netns exec`, which execs:
+    /// the child is epp itself) when given, bound to `bind` (an address of that namespace).
+    pub fn spawn_in(netns: Option<&str>, bind: IpAddr, args: &[String], env: &[(&str, &str)]) -> Self {
         let (grpc, health, metrics) = (free_port(), free_port(), free_port());
         let mut all = args.to_vec();
         all.extend([
             format!("--grpc-port={grpc}"),
             format!("--grpc-health-port={health}"),
             format!("--metrics-port={metrics}"),
-            "--bind-address=127.0.0.1".to_string(),
+            format!("--bind-address={bind}"),
         ]);
         // `option_env!`: crates/epp-tools' tests include these helpers too and have no `epp`
         // binary of their own (they never start one this way; `epp` on PATH would be used).
         let binary = option_env!("CARGO_BIN_EXE_epp").unwrap_or("epp");
-        let mut command = Command::new(binary);
+        let mut command = match netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, binary]);
+                c
+            }
+            None => Command::new(binary),
+        };
         command.args(&all).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
         command.env_remove("RUST_LOG").env_remove("KUBECONFIG").env_remove("NAMESPACE");
         for (k, v) in env {
@@ -65,7 +78,7 @@ impl EppProcess {
                 sink.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
             }
         });
-        let at = |port| SocketAddr::from(([127, 0, 0, 1], port));
+        let at = |port| SocketAddr::new(bind, port);
         Self { child, stderr, grpc: at(grpc), health: at(health), metrics: at(metrics) }
     }
 

@@ -1,6 +1,7 @@
-//! A real `redis-server` child process for replica-sync tests: on a free loopback port, no
-//! persistence, readiness taken from its own "Ready to accept connections" log line (a
-//! barrier, no polling), and kill / restart on the same port / freeze (SIGSTOP) / thaw.
+//! A real `redis-server` child process for replica-sync tests: on a free loopback port (or on
+//! every address of a network namespace), no persistence, readiness taken from its own "Ready
+//! to accept connections" log line (a barrier, no polling), and kill / restart on the same
+//! port / freeze (SIGSTOP) / thaw.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -12,8 +13,10 @@ use super::process::free_port;
 /// A running redis-server; killed on drop.
 pub struct RedisServer {
     child: Option<Child>,
-    /// Its port on 127.0.0.1.
+    /// Its port (on 127.0.0.1, or on every address of its namespace).
     pub port: u16,
+    /// The namespace it runs in (`ip netns exec`), if not this one.
+    netns: Option<String>,
     dir: tempfile::TempDir,
 }
 
@@ -21,22 +24,48 @@ impl RedisServer {
     /// Starts on a free loopback port.
     pub fn start() -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut server = Self { child: None, port: free_port(), dir };
+        let mut server = Self { child: None, port: free_port(), netns: None, dir };
+        server.restart();
+        server
+    }
+
+    /// Starts inside network namespace `netns`, listening on all of its addresses.
+    pub fn start_in(netns: &str) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut server = Self { child: None, port: free_port(), netns: Some(netns.to_string()), dir };
         server.restart();
         server
     }
 
     /// `redis://127.0.0.1:<port>`.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        self.url_at(std::net::Ipv4Addr::LOCALHOST)
+    }
+
+    /// `redis://<ip>:<port>` (an address of its namespace).
+    pub fn url_at(&self, ip: std::net::Ipv4Addr) -> String {
+        format!("redis://{ip}:{}", self.port)
     }
 
     /// (Re)starts the server on its port (empty: no persistence) and waits until it accepts
     /// connections.
     pub fn restart(&mut self) {
         assert!(self.child.is_none(), "still running");
-        let mut child = Command::new("redis-server")
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        let mut command = match &self.netns {
+            // `ip netns exec` execs: the child is redis-server itself.
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, "redis-server", "--bind", "0.0.0.0", "--protected-mode", "no"]);
+                c
+            }
+            None => {
+                let mut c = Command::new("redis-server");
+                c.args(["--bind", "127.0.0.1"]);
+                c
+            }
+        };
+        let mut child = command
+            .args(["--port", &self.port.to_string(), "--save", "", "--appendonly", "no"])
             .args(["--dir", &self.dir.path().display().to_string()])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
