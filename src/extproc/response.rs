@@ -120,6 +120,14 @@ pub fn chunked_body(direction: Direction, body: &[u8], eos: bool) -> Vec<Process
         .collect()
 }
 
+/// [`chunked_body`] of an owned body: a body within one chunk is moved into it, not copied.
+pub fn chunked_body_owned(direction: Direction, body: Vec<u8>, eos: bool) -> Vec<ProcessingResponse> {
+    if body.len() <= BODY_CHUNK_LIMIT {
+        return vec![streamed_chunk(direction, body, eos)];
+    }
+    chunked_body(direction, &body, eos)
+}
+
 /// A buffered-mode body replacement.
 pub fn body_replacement(body: Vec<u8>) -> BodyMutation {
     BodyMutation { mutation: Some(body_mutation::Mutation::Body(body)) }

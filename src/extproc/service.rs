@@ -1,7 +1,10 @@
-//! The tonic `ExternalProcessor` service: one task per gRPC stream drives a
-//! `StreamProcessor` and forwards its replies through a bounded channel. A stream that ends
-//! (client half-close, cancel, transport error) still runs completion accounting; a client
-//! that cancels while a message is being handled (e.g. queued by Flow Control) stops it.
+//! The tonic `ExternalProcessor` service. A stream's reply stream is its `StreamProcessor`
+//! itself: when the transport (hyper's task for the HTTP/2 stream) asks for the next reply,
+//! the next message is read and handled in that task, so a stream costs no task or channel of
+//! its own and a request crosses no extra task hand-off. A stream that ends (client
+//! half-close, cancel, transport error) still runs completion accounting; a client that
+//! cancels while a message is being handled (e.g. queued by Flow Control) stops it: the
+//! transport drops the reply stream, and with it the handling.
 //!
 //! Idle streams (`--idle-stream-timeout`): a stream is idle while epp waits for the client's
 //! next message, having handled every earlier one (its replies handed to the transport). Time
@@ -12,26 +15,22 @@
 //! wait for the upstream's response headers (and between response chunks) is idle by this
 //! definition: epp holds nothing of the request then, and the client, Envoy, sends nothing.
 
+use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
 use tokio_stream::Stream;
-use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::stream::StreamProcessor;
-use super::streams::StreamTracker;
+use super::streams::{StreamGuard, StreamTracker};
 use crate::endpoints::store::EndpointStore;
 use crate::proto::ext_proc::external_processor_server::ExternalProcessor;
 use crate::proto::ext_proc::{ProcessingRequest, ProcessingResponse};
 use crate::scheduling::handle::SchedulerHandle;
 use crate::telemetry::metrics::RequestMetrics;
-
-/// Replies buffered per stream before the processor waits for Envoy to read.
-const REPLY_BUFFER: usize = 32;
 
 /// Per-process settings of the ext_proc server.
 #[derive(Clone, Debug)]
@@ -119,67 +118,104 @@ impl ExternalProcessor for ExtProcService {
         &self,
         request: Request<Streaming<ProcessingRequest>>,
     ) -> Result<Response<Self::ProcessStream>, Status> {
-        let mut inbound = request.into_inner();
-        let (tx, rx) = mpsc::channel(REPLY_BUFFER);
-        let mut processor = StreamProcessor::new(self.shared.clone());
-        let span = info_span!("extproc_stream");
-        let mut guard = self.streams.start();
-        let idle = self.shared.options.idle_stream_timeout;
-        tokio::spawn(
-            async move {
-                loop {
-                    let Ok(next) = next_message(&mut inbound, idle).await else {
-                        let idle = idle.unwrap_or_default();
-                        info!(?idle, "ext_proc stream idle; ending it with DEADLINE_EXCEEDED");
-                        guard.idle_timeout();
-                        let message = format!("no message on the stream for {idle:?} (--idle-stream-timeout)");
-                        let _ = tx.send(Err(Status::deadline_exceeded(message))).await;
-                        break;
-                    };
-                    let msg = match next {
-                        Ok(Some(m)) => m,
-                        Ok(None) => {
-                            guard.ok();
-                            break;
-                        }
-                        Err(status) => {
-                            let Some(error) = crate::extproc::error::ExtProcError::from_inbound_status(&status) else {
-                                debug!(%status, "ext_proc stream ended with an error");
-                                break;
-                            };
-                            warn!(%status, "Undecodable ext_proc message; failing the stream");
-                            let ended = error.stream_status();
-                            for reply in processor.fail_undecodable(error) {
-                                let _ = tx.send(Ok(reply)).await;
-                            }
-                            let _ = tx.send(Err(ended)).await;
-                            break;
-                        }
-                    };
-                    // The reply stream closes when the client cancels (e.g. Envoy resets the
-                    // stream): stop waiting, which withdraws a request queued by Flow Control.
-                    guard.received();
-                    let trace = processor.trace_span();
-                    let replies = tokio::select! {
-                        replies = tracing::Instrument::instrument(processor.handle(msg), trace) => replies,
-                        () = tx.closed() => break,
-                    };
-                    for reply in replies {
-                        if tx.send(Ok(reply)).await.is_err() {
-                            processor.complete();
-                            return;
-                        }
-                        guard.sent();
-                    }
-                    if processor.is_closed() {
-                        guard.ok();
-                        break;
-                    }
-                }
-                processor.complete();
+        let stream = ExtProcStream {
+            inbound: request.into_inner(),
+            processor: StreamProcessor::new(self.shared.clone()),
+            guard: self.streams.start(),
+            idle: self.shared.options.idle_stream_timeout,
+            pending: VecDeque::new(),
+            ending: None,
+            done: false,
+            span: info_span!("extproc_stream"),
+        };
+        let replies = futures_util::stream::unfold(stream, |mut s| async move {
+            let span = s.span.clone();
+            let next = s.next_reply().instrument(span).await?;
+            Some((next, s))
+        });
+        Ok(Response::new(Box::pin(replies)))
+    }
+}
+
+/// One stream, driven from the transport's task as it asks for the next reply (module doc).
+struct ExtProcStream {
+    inbound: Streaming<ProcessingRequest>,
+    processor: StreamProcessor,
+    guard: StreamGuard,
+    idle: Option<Duration>,
+    /// Replies of the last message not yet handed to the transport.
+    pending: VecDeque<ProcessingResponse>,
+    /// The status that ends the stream once `pending` is sent.
+    ending: Option<Status>,
+    /// No more messages are read; the reply stream ends once `pending` and `ending` are out.
+    done: bool,
+    span: tracing::Span,
+}
+
+impl ExtProcStream {
+    /// The next reply or ending status; `None` ends the reply stream (status OK).
+    async fn next_reply(&mut self) -> Option<Result<ProcessingResponse, Status>> {
+        loop {
+            if let Some(reply) = self.pending.pop_front() {
+                self.guard.sent();
+                return Some(Ok(reply));
             }
-            .instrument(span),
-        );
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+            if let Some(status) = self.ending.take() {
+                return Some(Err(status));
+            }
+            if self.done {
+                self.processor.complete();
+                return None;
+            }
+            self.read_and_handle().await;
+        }
+    }
+
+    /// Reads one message and queues its replies, or marks the stream done.
+    async fn read_and_handle(&mut self) {
+        let Ok(next) = next_message(&mut self.inbound, self.idle).await else {
+            let idle = self.idle.unwrap_or_default();
+            info!(?idle, "ext_proc stream idle; ending it with DEADLINE_EXCEEDED");
+            self.guard.idle_timeout();
+            let message = format!("no message on the stream for {idle:?} (--idle-stream-timeout)");
+            self.ending = Some(Status::deadline_exceeded(message));
+            self.done = true;
+            return;
+        };
+        let msg = match next {
+            Ok(Some(m)) => m,
+            Ok(None) => {
+                self.guard.ok();
+                self.done = true;
+                return;
+            }
+            Err(status) => {
+                self.done = true;
+                let Some(error) = crate::extproc::error::ExtProcError::from_inbound_status(&status) else {
+                    debug!(%status, "ext_proc stream ended with an error");
+                    return;
+                };
+                warn!(%status, "Undecodable ext_proc message; failing the stream");
+                self.ending = Some(error.stream_status());
+                self.pending.extend(self.processor.fail_undecodable(error));
+                return;
+            }
+        };
+        self.guard.received();
+        let trace = self.processor.trace_span();
+        let replies = self.processor.handle(msg).instrument(trace).await;
+        self.pending.extend(replies);
+        if self.processor.is_closed() {
+            self.guard.ok();
+            self.done = true;
+        }
+    }
+}
+
+impl Drop for ExtProcStream {
+    /// The client went away (reset, cancel) or the stream ended: completion accounting runs
+    /// once either way (`complete` is idempotent).
+    fn drop(&mut self) {
+        self.processor.complete();
     }
 }

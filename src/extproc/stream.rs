@@ -242,7 +242,13 @@ impl StreamProcessor {
             let limit = self.shared.options.max_body_bytes;
             return self.fail(ExtProcError::BadRequest(format!("request body larger than {limit} bytes")));
         }
-        self.body.extend_from_slice(&chunk);
+        if self.body.is_empty() && end_of_stream {
+            // The whole body in one message (buffered, or a small full-duplex body): keep the
+            // decoded buffer instead of copying it.
+            self.body = chunk;
+        } else {
+            self.body.extend_from_slice(&chunk);
+        }
         if !end_of_stream {
             return match self.req_mode {
                 RequestMode::FullDuplex => Vec::new(),
@@ -330,6 +336,7 @@ impl StreamProcessor {
     ) -> Vec<ProcessingResponse> {
         let Outcome { request, decision, rewritten_body } = outcome;
         let destination = decision.result.destination();
+        let body_len = body.len();
         let upstream = rewritten_body.as_deref().unwrap_or(&body);
         let mut set = vec![(DESTINATION_ENDPOINT.to_string(), destination.clone())];
         if !upstream.is_empty() {
@@ -364,21 +371,21 @@ impl StreamProcessor {
             &self.trace,
             &request.incoming_model,
             &request.target_model,
-            body.len(),
+            body_len,
             Some(&request.request_id),
         );
         otel::record_pick(
             &self.trace,
             decision.result.primary().and_then(|p| p.targets.first()).map(|c| &**c.id()).ok_or(""),
         );
-        self.shared.metrics.scheduled(&request.incoming_model, &request.target_model, body.len());
+        self.shared.metrics.scheduled(&request.incoming_model, &request.target_model, body_len);
         self.response_streaming = request.body.as_ref().is_some_and(|b| b.stream);
         let metadata = resp::destination_metadata(&destination);
         let mut out = Vec::new();
         match self.req_mode {
             RequestMode::Buffered => {
                 let mut common = common;
-                if let Some(new_body) = rewritten_body.clone() {
+                if let Some(new_body) = rewritten_body {
                     common.body_mutation = Some(resp::body_replacement(new_body));
                 }
                 let mut reply = resp::request_body(common);
@@ -389,7 +396,8 @@ impl StreamProcessor {
                 let mut reply = resp::request_headers(common);
                 reply.dynamic_metadata = Some(metadata);
                 out.push(reply);
-                out.extend(resp::chunked_body(Direction::Request, upstream, !ended_with_trailers));
+                let upstream = rewritten_body.unwrap_or(body);
+                out.extend(resp::chunked_body_owned(Direction::Request, upstream, !ended_with_trailers));
                 if ended_with_trailers {
                     out.push(resp::request_trailers());
                 }

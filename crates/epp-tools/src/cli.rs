@@ -163,6 +163,16 @@ pub enum BenchCommand {
     /// Open-loop ext_proc load generator: fixed-rate requests, each its own ext_proc stream,
     /// against an in-process epp with simulated pods (default) or `--target`.
     Extproc(crate::bench::extproc::args::ExtprocArgs),
+    /// The no-op ext_proc floor server of `bench extproc --floor`, standalone (h2c), for
+    /// measuring it in its own process (`--target`, callgrind, CPU quotas). Runs until Ctrl-C.
+    FloorServer {
+        /// Listen address.
+        #[arg(long, default_value = "127.0.0.1:9102")]
+        listen: std::net::SocketAddr,
+        /// Worker threads.
+        #[arg(long, default_value_t = 2)]
+        threads: usize,
+    },
     /// Replays a KV-event workload written by `workload.py` into the prefix index, checking
     /// every query answer (exit code 1 on a mismatch).
     Index {

@@ -93,3 +93,52 @@ fn external_target_is_loaded_over_h2c() {
     assert!(r.process_cpu_us_per_req.is_some(), "{r:?}");
     rt.block_on(epp.app.shutdown());
 }
+
+#[test]
+fn floor_is_loaded_next_to_epp_at_each_rate_in_both_body_modes() {
+    for mode in ["full-duplex", "buffered"] {
+        // 100 KB bodies cross the floor's echo in two chunks (62,000-byte limit).
+        let rows = run(&[
+            "--floor",
+            "--rates",
+            "100,120",
+            "--duration",
+            "1s",
+            "--warmup",
+            "0s",
+            "--body-mode",
+            mode,
+            "--body-size",
+            "100k",
+        ]);
+        let servers: Vec<_> = rows.iter().map(|r| (r.server, r.rate_target)).collect();
+        assert_eq!(servers, [("floor", 100.0), ("epp", 100.0), ("floor", 120.0), ("epp", 120.0)], "{mode}");
+        for r in &rows {
+            let n = r.rate_target as u64;
+            assert_eq!((r.sent, r.ok, r.errors, r.dropped), (n, n, 0, 0), "{mode}: every request answered: {r:?}");
+            assert!(r.cpu_us_per_req.is_some_and(|c| c > 0.0), "{mode}: server CPU measured: {r:?}");
+        }
+        let ratios = epp_tools::bench::extproc::report::floor_ratios(&rows);
+        assert_eq!(ratios.lines().filter(|l| l.contains("epp CPU per request")).count(), 2, "{ratios}");
+    }
+}
+
+#[test]
+fn external_target_cpu_is_read_from_its_pid() {
+    // This process stands in for the external epp: its CPU is what `--target-pid` reads.
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let (_pod, epp) = rt.block_on(async {
+        let pod = common::FakeVllm::start([127, 0, 0, 61], 0, 1, 0.1).await;
+        let eps = common::endpoints_yaml(&[("only", pod.addr, &[])]);
+        let epp = common::TestEpp::start(&eps, None, |_| {}).await;
+        epp.wait_waiting(&[("only", 0)]).await;
+        (pod, epp)
+    });
+    let (target, pid) = (epp.app.grpc_addr.to_string(), std::process::id().to_string());
+    let flags = ["--target", &target, "--target-pid", &pid, "--rate", "100", "--duration", "1s", "--warmup", "0s"];
+    let r = &run(&flags)[0];
+    assert_eq!((r.sent, r.ok, r.errors), (100, 100, 0), "{r:?}");
+    assert!(r.cpu_us_per_req.is_some_and(|c| c > 0.0), "CPU of the pid: {r:?}");
+    assert!(r.epp_runq_wait_pct.is_some(), "{r:?}");
+    rt.block_on(epp.app.shutdown());
+}

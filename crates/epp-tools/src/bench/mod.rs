@@ -17,6 +17,7 @@ pub fn run(what: BenchCommand) -> anyhow::Result<()> {
             println!("{}", serde_json::to_string(&report)?);
         }
         BenchCommand::Extproc(args) => extproc::run(&args)?,
+        BenchCommand::FloorServer { listen, threads } => extproc::floor::serve_until_ctrl_c(listen, threads)?,
         BenchCommand::Index { workload, key_mode } => {
             let report = index::run_index_bench(&workload, key_mode)?;
             println!("{}", serde_json::to_string(&report)?);

@@ -63,6 +63,13 @@ pub struct ExtprocArgs {
     /// External epp (h2c) instead of one started in process.
     #[arg(long)]
     pub target: Option<SocketAddr>,
+    /// Process id of the `--target` epp: its CPU per request is read from `/proc/<pid>`.
+    #[arg(long, requires = "target")]
+    pub target_pid: Option<u32>,
+    /// Also load the no-op floor server (same tonic stack, same message pattern), alternating
+    /// with epp at each rate, and report epp's CPU per request and max rate as ratios to it.
+    #[arg(long)]
+    pub floor: bool,
     /// Simulated endpoints of the in-process epp (each with a tiny `/metrics` server).
     #[arg(long, default_value_t = 8)]
     pub endpoints: usize,

@@ -4,12 +4,15 @@
 //! per offered rate the decision latency p50/p99/p99.9 from the scheduled send time, errors,
 //! drops, CPU per request and KV events ingested, plus the max sustained rate.
 //!
-//! Parts: `args` (flags), `workload` (message sequences), `transaction` (one stream),
+//! With `--floor` a no-op ext_proc server (`floor`) is loaded at each rate too, next to epp.
+//!
+//! Parts: `args` (flags), `floor` (the no-op server), `workload` (message sequences), `transaction` (one stream),
 //! `open_loop` (one rate), `target` (the epp under load), `pods` and `kv_events` (simulated
 //! pods and their KV-event load), `cpu` (CPU accounting), `report` (rows, table, max rate).
 
 pub mod args;
 pub mod cpu;
+pub mod floor;
 pub mod kv_events;
 pub mod open_loop;
 pub mod pods;
@@ -27,34 +30,44 @@ use tonic::transport::{Channel, Endpoint};
 use args::ExtprocArgs;
 use open_loop::{Requests, Step};
 use report::RateReport;
-use target::Target;
+use target::{CpuSource, Target};
 
 /// Thread-name prefix of the load generator (client runtime and dispatcher).
 const CLIENT_THREADS: &str = "bench-cli";
 
-/// Runs the benchmark and prints the table (or JSON lines) and the max sustained rate.
+/// Runs the benchmark and prints the table (or JSON lines) and the max sustained rate; with
+/// `--floor`, per server and as ratios of epp to the floor.
 pub fn run(args: &ExtprocArgs) -> anyhow::Result<()> {
     let reports = sweep(args, |r| {
         if args.json {
             println!("{}", serde_json::to_string(r).unwrap_or_default());
         }
     })?;
-    if !args.json {
-        print!("{}", report::table(&reports));
-        match report::max_sustained(&reports) {
-            Some(rate) => println!("max sustained rate: {rate:.0}/s (p99 <= {} ms)", args.slo_ms),
-            None => println!("max sustained rate: none of the offered rates (p99 <= {} ms)", args.slo_ms),
+    if args.json {
+        return Ok(());
+    }
+    print!("{}", report::table(&reports));
+    for server in ["floor", "epp"] {
+        let rows: Vec<RateReport> = reports.iter().filter(|r| r.server == server).cloned().collect();
+        if rows.is_empty() {
+            continue;
         }
-        if args.target.is_none() {
-            println!(
-                "epp us/r: CPU of the in-process epp's threads; proc us/r: whole process (epp + load generator + simulated pods)"
-            );
+        match report::max_sustained(&rows) {
+            Some(rate) => println!("{server}: max sustained rate {rate:.0}/s (p99 <= {} ms)", args.slo_ms),
+            None => println!("{server}: max sustained rate: none of the offered rates (p99 <= {} ms)", args.slo_ms),
         }
     }
+    if args.floor {
+        print!("{}", report::floor_ratios(&reports));
+    }
+    println!(
+        "server us/r: CPU of the server's threads (in process) or process (--target-pid); proc us/r: this whole process"
+    );
     Ok(())
 }
 
-/// Runs the warm-up and every rate, calling `each` as rows complete; returns all rows.
+/// Runs the warm-up and every rate (floor then epp at each rate with `--floor`), calling `each`
+/// as rows complete; returns all rows.
 pub fn sweep(args: &ExtprocArgs, mut each: impl FnMut(&RateReport)) -> anyhow::Result<Vec<RateReport>> {
     args.check().map_err(anyhow::Error::msg)?;
     let client = tokio::runtime::Builder::new_multi_thread()
@@ -62,30 +75,47 @@ pub fn sweep(args: &ExtprocArgs, mut each: impl FnMut(&RateReport)) -> anyhow::R
         .thread_name(CLIENT_THREADS)
         .enable_all()
         .build()?;
-    let target = Target::start(args)?;
-    let result = (|| {
-        let channels = client.block_on(connect(target.addr, args.connections))?;
-        let requests = Requests {
-            channels,
-            workload: Arc::new(workload::Workload::new(args.body_mode, args.body_size, args.chunk_size)),
-            destinations: target.destinations.clone().map(Arc::new),
-        };
+    let mut targets = Vec::new();
+    let started = (|| {
+        if args.floor {
+            targets.push(Target::start_floor(args)?);
+        }
+        targets.push(Target::start(args)?);
+        anyhow::Ok(())
+    })();
+    let result = started.and_then(|()| {
+        let workload = Arc::new(workload::Workload::new(args.body_mode, args.body_size, args.chunk_size));
+        let mut loads = Vec::new();
+        for target in &targets {
+            let requests = Requests {
+                channels: client.block_on(connect(target.addr, args.connections))?,
+                workload: workload.clone(),
+                destinations: target.destinations.clone().map(Arc::new),
+            };
+            loads.push((target, requests));
+        }
         let rates = args.rate_list();
         if !args.warmup.is_zero() {
-            open_loop::run(client.handle(), &requests, &step(args, rates[0], args.warmup));
+            for (_, requests) in &loads {
+                open_loop::run(client.handle(), requests, &step(args, rates[0], args.warmup));
+            }
         }
         let mut reports = Vec::new();
         for rate in rates {
-            let row = measure(args, &target, &client, &requests, rate);
-            if let Some(e) = &row.1 {
-                eprintln!("rate {rate}: first error: {e}");
+            for (target, requests) in &loads {
+                let row = measure(args, target, &client, requests, rate);
+                if let Some(e) = &row.1 {
+                    eprintln!("{} at rate {rate}: first error: {e}", target.name);
+                }
+                each(&row.0);
+                reports.push(row.0);
             }
-            each(&row.0);
-            reports.push(row.0);
         }
         Ok(reports)
-    })();
-    target.shutdown();
+    });
+    for target in targets {
+        target.shutdown();
+    }
     client.shutdown_background();
     result
 }
@@ -102,15 +132,22 @@ fn measure(
     requests: &Requests,
     rate: f64,
 ) -> (RateReport, Option<String>) {
-    let server_threads = target.server_threads.as_deref().unwrap_or("-");
-    let prefixes = [server_threads, CLIENT_THREADS];
-    let (cpu0, kv0, t0) = (cpu::CpuSample::now(&prefixes), target.kv_blocks_applied(), Instant::now());
+    let server_cpu = || match &target.cpu {
+        CpuSource::Threads(prefix) => Some((cpu::CpuSample::now(&[prefix.as_str()]), prefix.as_str())),
+        CpuSource::Process(pid) => Some((cpu::CpuSample::of_pid(*pid), "")),
+        CpuSource::Unknown => None,
+    };
+    let (server0, own0) = (server_cpu(), cpu::CpuSample::now(&[]));
+    let (kv0, t0) = (target.kv_blocks_applied(), Instant::now());
     let r = open_loop::run(client.handle(), requests, &step(args, rate, args.duration));
-    let (cpu1, kv1, wall) = (cpu::CpuSample::now(&prefixes), target.kv_blocks_applied(), t0.elapsed());
-    let cpu = cpu1.since(&cpu0, server_threads);
+    let (server1, own1) = (server_cpu(), cpu::CpuSample::now(&[]));
+    let (kv1, wall) = (target.kv_blocks_applied(), t0.elapsed());
+    let server = server0.zip(server1).map(|((a, prefix), (b, _))| b.since(&a, prefix));
+    let own = own1.since(&own0, "");
     let per_req = |d: Option<std::time::Duration>| d.filter(|_| r.ok > 0).map(|d| d.as_secs_f64() * 1e6 / r.ok as f64);
     let h = &r.latency_us;
     let mut row = RateReport {
+        server: target.name,
         body_mode: args.body_mode,
         body_bytes: requests.workload.body_bytes(),
         rate_target: rate,
@@ -123,13 +160,12 @@ fn measure(
         p99_us: h.value_at_quantile(0.99),
         p999_us: h.value_at_quantile(0.999),
         max_us: h.max(),
-        cpu_us_per_req: target.server_threads.as_ref().and_then(|_| per_req(cpu.threads)),
-        process_cpu_us_per_req: per_req(cpu.process),
-        epp_runq_wait_pct: target
-            .server_threads
-            .as_ref()
-            .and(cpu.waited)
+        cpu_us_per_req: server.and_then(|c| per_req(c.threads)),
+        process_cpu_us_per_req: per_req(own.process),
+        epp_runq_wait_pct: server
+            .and_then(|c| c.waited)
             .map(|w| 100.0 * w.as_secs_f64() / wall.as_secs_f64().max(1e-9)),
+        parks_per_req: server.and_then(|c| c.parks).filter(|_| r.ok > 0).map(|n| n as f64 / r.ok as f64),
         kv_events_per_s: (kv1 - kv0).max(0.0) / wall.as_secs_f64().max(1e-9),
         sustained: false,
     };

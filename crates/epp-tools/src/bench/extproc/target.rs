@@ -1,7 +1,9 @@
-//! The epp under load: either an external one (`--target host:port`, h2c) or one started in
-//! this process on loopback, on its own runtime (threads named `epp-srv<run>-`) so its CPU can be
-//! told apart from the load generator's, with simulated pods on a third runtime
-//! (`bench-pods`: `/metrics` servers and KV-event publishers).
+//! The server under load: an external epp (`--target host:port`, h2c; its CPU read from
+//! `/proc/<--target-pid>` when given), one started in this process on loopback, on its own
+//! runtime (threads named `epp-srv<run>-`) so its CPU can be told apart from the load
+//! generator's, with simulated pods on a third runtime (`bench-pods`: `/metrics` servers and
+//! KV-event publishers), or the no-op floor server (`floor`) on its own runtime
+//! (`floor-srv<run>-`).
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -14,7 +16,7 @@ use tokio::runtime::Runtime;
 use tokio_util::sync::CancellationToken;
 
 use super::args::ExtprocArgs;
-use super::{kv_events, pods::Pods};
+use super::{floor, kv_events, pods::Pods};
 use epp::app::{App, Settings};
 
 /// Config used with `--kv-events`: the precise producer follows the pods' PUB sockets.
@@ -43,10 +45,24 @@ pub struct Target {
     pub addr: SocketAddr,
     /// Valid destinations (in process); `None` accepts any non-empty one.
     pub destinations: Option<HashSet<String>>,
-    /// Thread-name prefix of the in-process epp's runtime (`epp-srv<run>-`, unique in the
-    /// process so concurrent runs are told apart).
-    pub server_threads: Option<String>,
+    /// Where the server's CPU is read.
+    pub cpu: CpuSource,
+    /// What is served: `epp` or `floor`.
+    pub name: &'static str,
     local: Option<Local>,
+    floor: Option<(Runtime, CancellationToken)>,
+}
+
+/// Where a target's CPU time comes from.
+#[derive(Clone, Debug)]
+pub enum CpuSource {
+    /// Threads of this process whose name starts with the prefix (`epp-srv<run>-`, unique in
+    /// the process so concurrent runs are told apart).
+    Threads(String),
+    /// The whole process with this id (`--target-pid`).
+    Process(u32),
+    /// Not known.
+    Unknown,
 }
 
 struct Local {
@@ -61,9 +77,33 @@ impl Target {
     /// Connects nowhere yet: starts the in-process epp unless `--target` is given.
     pub fn start(args: &ExtprocArgs) -> anyhow::Result<Self> {
         match args.target {
-            Some(addr) => Ok(Self { addr, destinations: None, server_threads: None, local: None }),
+            Some(addr) => {
+                let cpu = args.target_pid.map_or(CpuSource::Unknown, CpuSource::Process);
+                Ok(Self { addr, destinations: None, cpu, name: "epp", local: None, floor: None })
+            }
             None => start_local(args),
         }
+    }
+
+    /// Starts the floor server (`floor`) on loopback, on `--server-threads` threads.
+    pub fn start_floor(args: &ExtprocArgs) -> anyhow::Result<Self> {
+        let threads = format!("floor-srv{}-", RUNS.fetch_add(1, Ordering::Relaxed));
+        let server = runtime(args.server_threads, &threads)?;
+        let listener = {
+            let _entered = server.enter();
+            floor::bind(SocketAddr::from(([127, 0, 0, 1], 0))).context("binding the floor server")?
+        };
+        let addr = listener.local_addr()?;
+        let cancel = CancellationToken::new();
+        server.spawn(floor::serve(listener, cancel.clone()));
+        Ok(Self {
+            addr,
+            destinations: Some([floor::FLOOR_DESTINATION.to_string()].into()),
+            cpu: CpuSource::Threads(threads),
+            name: "floor",
+            local: None,
+            floor: Some((server, cancel)),
+        })
     }
 
     /// KV blocks the in-process epp has applied (0 otherwise).
@@ -73,6 +113,10 @@ impl Target {
 
     /// Stops the in-process epp and pods.
     pub fn shutdown(mut self) {
+        if let Some((server, cancel)) = self.floor.take() {
+            cancel.cancel();
+            server.shutdown_timeout(Duration::from_secs(1));
+        }
         if let Some(mut local) = self.local.take() {
             // The epp first, so it never scrapes pods that are already gone.
             if let Some(app) = local.app.take() {
@@ -90,8 +134,10 @@ fn runtime(threads: usize, name: &str) -> anyhow::Result<Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread().worker_threads(threads).thread_name(name).enable_all().build()?)
 }
 
+/// Server runtimes started in this process (numbers their thread names).
+static RUNS: AtomicU64 = AtomicU64::new(0);
+
 fn start_local(args: &ExtprocArgs) -> anyhow::Result<Target> {
-    static RUNS: AtomicU64 = AtomicU64::new(0);
     let run = RUNS.fetch_add(1, Ordering::Relaxed);
     let server_threads = format!("epp-srv{run}-");
     let pods_rt = runtime(1, "bench-pods")?;
@@ -116,8 +162,10 @@ fn start_local(args: &ExtprocArgs) -> anyhow::Result<Target> {
     Ok(Target {
         addr: app.grpc_addr,
         destinations: Some(pods.addrs.iter().map(|a| a.to_string()).collect()),
-        server_threads: Some(server_threads),
+        cpu: CpuSource::Threads(server_threads),
+        name: "epp",
         local: Some(Local { server, pods: pods_rt, app: Some(app), cancel, endpoints_file }),
+        floor: None,
     })
 }
 
