@@ -25,12 +25,9 @@ pids=()
 trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done' EXIT
 
 # Eight fake vLLM pods for epp (scraped every second: the request path is what is measured).
-printf 'endpoints:\n' >"$out/endpoints.yaml"
-for i in $(seq 0 7); do
-  printf '  - {name: ep-%s, address: 127.0.0.1, port: %s}\n' "$i" $((base + i)) >>"$out/endpoints.yaml"
-done
-python3 tools/fake_metrics.py "$base" 8 >"$out/fake.log" 2>&1 &
-pids+=($!)
+# shellcheck source=tools/fake_pods.sh
+. tools/fake_pods.sh
+start_fake_pods "$out" "$base" 8
 
 start_server() { # server, callgrind output file
   case $1 in

@@ -24,12 +24,10 @@ echo "$quota" >"$group/cpu.cfs_quota_us"
 pids=()
 trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done' EXIT
 
-printf 'endpoints:\n' >"$out/endpoints.yaml"
-for i in $(seq 0 7); do
-  printf '  - {name: ep-%s, address: 127.0.0.1, port: %s}\n' "$i" $((base + i)) >>"$out/endpoints.yaml"
-done
-python3 tools/fake_metrics.py "$base" 8 >"$out/fake.log" 2>&1 &
-pids+=($!)
+# Eight fake vLLM pods for epp.
+# shellcheck source=tools/fake_pods.sh
+. tools/fake_pods.sh
+start_fake_pods "$out" "$base" 8
 
 start_in_group() { # server
   case $1 in
