@@ -336,9 +336,11 @@ mod tests {
     }
 
     /// Child spans are built only under a sampled `gateway.request`: the sampler's "no" (its
-    /// own, or the gateway's `traceparent` flags under a parent-based sampler) disables them.
+    /// own, or the gateway's `traceparent` flags under a parent-based sampler) keeps the
+    /// OpenTelemetry layer from building them. The registry still holds such a span (a
+    /// per-layer filter does not disable a span for the whole subscriber), so the observable is
+    /// its OpenTelemetry context: valid (a trace id) only when the layer built it.
     #[test]
-    #[ignore = "fails under a scoped (with_default) subscriber: the director span is still built; the callgrind run with the global subscriber shows the saving (docs/observability.md Cost); to investigate"]
     fn children_of_an_unsampled_request_are_not_built() {
         use tracing_subscriber::layer::SubscriberExt as _;
         let unsampled_parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00";
@@ -359,10 +361,14 @@ mod tests {
             tracing::subscriber::with_default(subscriber, || {
                 let request = request_span(&headers);
                 assert!(!request.is_disabled(), "{case}: the root is always built");
+                let built = |span: &Span| {
+                    use opentelemetry::trace::TraceContextExt as _;
+                    span.context().span().span_context().is_valid()
+                };
                 let director = request.in_scope(director_span);
-                assert_eq!(director.is_disabled(), !sampled, "{case}: director span");
+                assert_eq!(built(&director), sampled, "{case}: director span");
                 let plugin = request.in_scope(|| director.in_scope(|| plugin_span("scorer", "s")));
-                assert_eq!(plugin.is_disabled(), !sampled, "{case}: grandchild span");
+                assert_eq!(built(&plugin), sampled, "{case}: grandchild span");
                 let next = request_span(&RequestHeaders { all: Vec::new() });
                 assert!(!next.is_disabled(), "{case}: a later request is judged on its own");
             });
