@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::kube::{MockKube, pod, pool};
+use common::kube::{MockKube, pod, pool, pool_settings};
 use common::*;
 use epp::endpoints::store::EndpointStore;
 use epp::framework::plugin::{BackgroundService, ServiceContext};
@@ -225,19 +225,7 @@ async fn epp_with_pool_name_routes_to_a_discovered_pod() {
     mock.apply(PODS, pod("vllm-0", json!({"app": "vllm"}), Some("127.0.0.41"), true));
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = mock.kubeconfig(dir.path());
-
-    use clap::Parser;
-    let cli = epp::cli::Cli::try_parse_from([
-        "epp",
-        "--pool-name",
-        "vllm-pool",
-        "--pool-namespace",
-        "ns",
-        "--kubeconfig",
-        kubeconfig.to_str().unwrap(),
-    ])
-    .unwrap();
-    let kube = cli.serve.kube_settings().unwrap().expect("kubernetes settings");
+    let kube = pool_settings(&kubeconfig);
     assert_eq!(kube.pool.as_ref().map(|p| p.group.as_str()), Some(GROUP_V1));
     let mut settings = epp::app::Settings::loopback();
     settings.kubernetes = Some(kube);

@@ -10,7 +10,7 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use common::kube::{MockKube, model_rewrite, objective, pod, pool, serve_objective_crds};
+use common::kube::{MockKube, model_rewrite, objective, pod, pool, pool_settings, serve_objective_crds};
 use common::*;
 use epp::k8s::KubeHandle;
 use epp::k8s::metrics::K8sMetrics;
@@ -73,19 +73,8 @@ async fn objectives_and_rewrites_created_after_start_apply_to_requests_until_del
     mock.apply(PODS, pod("vllm-0", json!({"app": "vllm"}), Some("127.0.0.71"), true));
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = mock.kubeconfig(dir.path());
-    use clap::Parser;
-    let cli = epp::cli::Cli::try_parse_from([
-        "epp",
-        "--pool-name",
-        "vllm-pool",
-        "--pool-namespace",
-        "ns",
-        "--kubeconfig",
-        kubeconfig.to_str().unwrap(),
-    ])
-    .unwrap();
     let mut settings = epp::app::Settings::loopback();
-    settings.kubernetes = cli.serve.kube_settings().unwrap();
+    settings.kubernetes = Some(pool_settings(&kubeconfig));
     settings.refresh_metrics_interval = Duration::from_millis(10);
     // The flag says "batch" is critical; the object created below says sheddable and wins.
     settings.objectives = HashMap::from([("batch".to_string(), 5)]);

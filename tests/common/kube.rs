@@ -584,3 +584,13 @@ pub fn model_rewrite(group: &str, name: &str, pool: &str, created: &str, rules: 
            "metadata": {"name": name, "namespace": "ns", "creationTimestamp": created},
            "spec": {"poolRef": {"group": "inference.networking.k8s.io", "name": pool}, "rules": rules}})
 }
+
+/// The Kubernetes settings of `epp --pool-name vllm-pool --pool-namespace ns --kubeconfig PATH`,
+/// parsed by epp's own CLI.
+pub fn pool_settings(kubeconfig: &std::path::Path) -> epp::app::KubeSettings {
+    use clap::Parser as _;
+    let path = kubeconfig.to_str().expect("utf-8 path");
+    let args = ["epp", "--pool-name", "vllm-pool", "--pool-namespace", "ns", "--kubeconfig", path];
+    let cli = epp::cli::Cli::try_parse_from(args).expect("flags parse");
+    cli.serve.kube_settings().expect("kubernetes settings").expect("a pool is configured")
+}
