@@ -92,6 +92,7 @@ pub mod latency;
 pub mod memory;
 pub mod net;
 pub mod objectives;
+pub mod periodic;
 pub mod plugins;
 pub mod proto;
 pub mod reload;

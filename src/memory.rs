@@ -16,13 +16,9 @@ pub const TRIM_PERIOD: Duration = Duration::from_secs(5);
 
 /// Runs until `cancel`, trimming the heap every `period`.
 pub async fn run_trimmer(period: Duration, cancel: CancellationToken) {
-    let mut tick = tokio::time::interval(period);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            () = cancel.cancelled() => return,
-            _ = tick.tick() => trim(),
-        }
+    let mut ticks = crate::periodic::Periodic::new(period);
+    while ticks.tick(&cancel).await {
+        trim();
     }
 }
 

@@ -8,7 +8,6 @@
 pub mod discovery;
 pub mod metric_spec;
 pub mod model;
-pub mod periodic;
 pub mod poll;
 pub mod prom_text;
 pub mod scraper;

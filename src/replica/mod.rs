@@ -126,13 +126,8 @@ impl ReplicaSync {
 /// Every period: a heartbeat, the plugins' absolute state (in-flight totals), and peer
 /// expiry.
 async fn heartbeat(outbox: Arc<Outbox>, applier: Arc<Applier>, period: std::time::Duration, cancel: CancellationToken) {
-    let mut tick = tokio::time::interval(period);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = cancel.cancelled() => return,
-            _ = tick.tick() => {}
-        }
+    let mut ticks = crate::periodic::Periodic::new(period);
+    while ticks.tick(&cancel).await {
         outbox.send(Arc::from(""), Body::Heartbeat);
         for (plugin, state) in applier.states() {
             for update in state.heartbeat() {

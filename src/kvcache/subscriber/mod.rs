@@ -158,13 +158,9 @@ fn refresh_index_gauges(index: &PrefixIndex, m: &KvCacheMetrics) {
 
 /// Refreshes the index size gauges every [`GAUGE_REFRESH`] until `cancel`.
 async fn refresh_gauges_periodically(index: Arc<PrefixIndex>, metrics: Arc<KvCacheMetrics>, cancel: CancellationToken) {
-    let mut tick = tokio::time::interval(GAUGE_REFRESH);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = cancel.cancelled() => return,
-            _ = tick.tick() => refresh_index_gauges(&index, &metrics),
-        }
+    let mut ticks = crate::periodic::Periodic::new(GAUGE_REFRESH);
+    while ticks.tick(&cancel).await {
+        refresh_index_gauges(&index, &metrics);
     }
 }
 

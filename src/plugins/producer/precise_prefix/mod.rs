@@ -188,13 +188,8 @@ async fn expire_speculation(
     cancel: tokio_util::sync::CancellationToken,
 ) {
     let period = (ledger.ttl() / 4).max(std::time::Duration::from_millis(10));
-    let mut tick = tokio::time::interval(period);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = cancel.cancelled() => return,
-            _ = tick.tick() => {}
-        }
+    let mut ticks = crate::periodic::Periodic::new(period);
+    while ticks.tick(&cancel).await {
         metrics.record_speculative(ledger.expire(&index, Instant::now()));
     }
 }

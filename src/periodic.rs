@@ -1,5 +1,6 @@
-//! A cancellable periodic tick for the background loops (scrapers, pollers): ticks at a
-//! fixed period, delaying (not bursting) after a slow iteration.
+//! A cancellable periodic tick for the background loops (scrapers, pollers, gauge refreshes,
+//! heartbeats, expiry, heap trims): ticks at a fixed period, delaying (not bursting) after a
+//! slow iteration. A leaf module: every layer may use it.
 
 use std::time::Duration;
 
