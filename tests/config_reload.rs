@@ -10,24 +10,6 @@ use std::time::Duration;
 use common::*;
 use epp::reload::ReloadSettings;
 
-/// Keeps only endpoints labelled `pool: <pool>`.
-fn config(pool: &str) -> String {
-    format!(
-        "apiVersion: inference.networking.x-k8s.io/v1alpha1
-kind: EndpointPickerConfig
-plugins:
-  - type: by-label
-    parameters: {{label: pool, validValues: [{pool}]}}
-  - type: queue-scorer
-schedulingProfiles:
-  - name: default
-    plugins:
-      - pluginRef: by-label
-      - pluginRef: queue-scorer
-"
-    )
-}
-
 /// Publishes `text` as Kubernetes does for a ConfigMap volume: a new timestamped directory,
 /// then `..data` swapped to it by renaming a fresh symlink over it.
 fn publish(dir: &Path, version: u32, text: &str) {
@@ -88,9 +70,9 @@ async fn config_file_changes_switch_decisions_and_broken_files_keep_the_old_conf
     let b = FakeVllm::start([127, 0, 0, 52], 0, 0, 0.0).await;
     let endpoints = endpoints_yaml(&[("a", a.addr, &[("pool", "a")]), ("b", b.addr, &[("pool", "b")])]);
     let config_dir = tempfile::tempdir().expect("tempdir");
-    publish(config_dir.path(), 1, &config("a"));
+    publish(config_dir.path(), 1, &pool_config("a", false));
     let path = config_dir.path().join("config.yaml");
-    let epp = TestEpp::start(&endpoints, Some(&config("a")), |s| {
+    let epp = TestEpp::start(&endpoints, Some(&pool_config("a", false)), |s| {
         s.config_reload = Some(ReloadSettings { path: path.clone(), interval: Duration::from_millis(20) });
     })
     .await;
@@ -104,7 +86,7 @@ async fn config_file_changes_switch_decisions_and_broken_files_keep_the_old_conf
     old.send(request_headers("/v1/chat/completions", &[], false, Some((FULL_DUPLEX, FULL_DUPLEX)))).await;
 
     // ConfigMap update: pool b.
-    publish(config_dir.path(), 2, &config("b"));
+    publish(config_dir.path(), 2, &pool_config("b", false));
     until("the reload succeeds", || reloads(&epp, "success") == 1.0).await;
     assert_eq!(generation(&epp), 2.0);
     assert_eq!(destination(&mut client).await, Some(b.addr.to_string()), "new streams use the new config");
@@ -119,13 +101,14 @@ async fn config_file_changes_switch_decisions_and_broken_files_keep_the_old_conf
     old.next().await;
 
     // A broken document (plain rewrite through the symlink): rejected, routing unchanged.
-    std::fs::write(&path, config("b").replace("pluginRef: queue-scorer", "pluginRef: queue-scorr")).expect("rewrite");
+    std::fs::write(&path, pool_config("b", false).replace("pluginRef: queue-scorer", "pluginRef: queue-scorr"))
+        .expect("rewrite");
     until("the reload fails", || reloads(&epp, "failure") == 1.0).await;
     assert_eq!(generation(&epp), 2.0);
     assert_eq!(destination(&mut client).await, Some(b.addr.to_string()), "still routing on the running config");
 
     // Fixing the file reloads again.
-    std::fs::write(&path, config("a")).expect("rewrite");
+    std::fs::write(&path, pool_config("a", false)).expect("rewrite");
     until("the fixed file reloads", || reloads(&epp, "success") == 2.0).await;
     assert_eq!(destination(&mut client).await, Some(a.addr.to_string()));
     assert_eq!(reloads(&epp, "failure"), 1.0);

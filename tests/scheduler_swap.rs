@@ -9,33 +9,12 @@ use common::*;
 use epp::framework::build::BuildContext;
 use epp::scheduling::metrics::SchedulerMetrics;
 
-/// Keeps only endpoints labelled `pool: <pool>`; with `session` the session-affinity scorer
-/// adds its `x-session-token` response header.
-fn config(pool: &str, session: bool) -> String {
-    let session_plugin = if session { "\n  - type: session-affinity-scorer" } else { "" };
-    let session_ref = if session { "\n      - pluginRef: session-affinity-scorer" } else { "" };
-    format!(
-        "apiVersion: inference.networking.x-k8s.io/v1alpha1
-kind: EndpointPickerConfig
-plugins:
-  - type: by-label
-    parameters: {{label: pool, validValues: [{pool}]}}
-  - type: queue-scorer{session_plugin}
-schedulingProfiles:
-  - name: default
-    plugins:
-      - pluginRef: by-label
-      - pluginRef: queue-scorer{session_ref}
-"
-    )
-}
-
 #[tokio::test]
 async fn streams_in_flight_finish_on_the_scheduler_they_started_with() {
     let a = FakeVllm::start([127, 0, 0, 41], 0, 0, 0.0).await;
     let b = FakeVllm::start([127, 0, 0, 42], 0, 0, 0.0).await;
     let endpoints = endpoints_yaml(&[("a", a.addr, &[("pool", "a")]), ("b", b.addr, &[("pool", "b")])]);
-    let epp = TestEpp::start(&endpoints, Some(&config("a", true)), |_| {}).await;
+    let epp = TestEpp::start(&endpoints, Some(&pool_config("a", true)), |_| {}).await;
     epp.wait_endpoints(&["a", "b"]).await;
     let mut client = epp.client().await;
 
@@ -45,7 +24,8 @@ async fn streams_in_flight_finish_on_the_scheduler_they_started_with() {
 
     // ...then the config changes: pool b, no session tokens.
     let cx = BuildContext { endpoints: epp.app.store.clone(), ..Default::default() };
-    let loaded = epp::app::load_config(Some(&config("b", false)), &cx, SchedulerMetrics::detached()).expect("loads");
+    let loaded =
+        epp::app::load_config(Some(&pool_config("b", false)), &cx, SchedulerMetrics::detached()).expect("loads");
     let previous = epp.app.scheduler().replace(loaded.scheduler);
     assert_eq!(previous.profiles().len(), 1, "the previous scheduler is handed back");
 

@@ -444,3 +444,24 @@ pub fn chat(model: &str, text: &str, stream: bool) -> Vec<u8> {
 pub fn metric_sum(text: &str, prefix: &str) -> f64 {
     text.lines().filter(|l| l.starts_with(prefix)).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
 }
+
+/// Keeps only endpoints labelled `pool: <pool>`; with `session` the session-affinity scorer
+/// adds its `x-session-token` response header.
+pub fn pool_config(pool: &str, session: bool) -> String {
+    let session_plugin = if session { "\n  - type: session-affinity-scorer" } else { "" };
+    let session_ref = if session { "\n      - pluginRef: session-affinity-scorer" } else { "" };
+    format!(
+        "apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+  - type: by-label
+    parameters: {{label: pool, validValues: [{pool}]}}
+  - type: queue-scorer{session_plugin}
+schedulingProfiles:
+  - name: default
+    plugins:
+      - pluginRef: by-label
+      - pluginRef: queue-scorer{session_ref}
+"
+    )
+}
