@@ -11,6 +11,13 @@
 //!   extras nil or `[{"Hash": id}, …]`.
 //! * `xxh64`: `init = XXH64(seed)`, `root = XXH64(LE64(init) ‖ LE64(len) ‖
 //!   model)`, `key = XXH64(LE64(parent) ‖ LE32(t)… ‖ (LE64(len) ‖ id)…)`.
+//! * `epp-xxh3` (epp's own, the in-memory index's default when no shared
+//!   index is configured; see `docs/kvcache.md` "Keys"): `init = XXH3(seed)`,
+//!   `root = chain(init, XXH3(model))`, `key = chain(parent, XXH3(LE32(t)… ‖
+//!   (LE64(len) ‖ id)…))` with `chain` one folded 64×64→128 multiply and
+//!   XXH3's avalanche. The content hash does not depend on the parent, so the
+//!   blocks of an event hash in parallel and only `chain` is sequential.
+//!   No llm-d component computes these keys.
 //!
 //! Only full blocks get keys; the trailing partial block is dropped.
 //! Also holds the engine-key → request-key alignment rule used across
@@ -91,7 +98,52 @@ impl FnvCbor {
     }
 }
 
-/// Request-key algorithm (llm-d `hashAlgorithm`).
+/// `epp-xxh3` chain constants (xxh3's `kSecret` words 0 and 1).
+const CHAIN_K0: u64 = 0xbe4b_a423_396c_feb8;
+const CHAIN_K1: u64 = 0x1cad_21f7_2c81_017c;
+
+/// `epp-xxh3` chain step: `parent` and a block's content hash folded by one
+/// 64×64→128 multiply (xxh3's `mul128_fold64`), then xxh3's avalanche.
+#[inline(always)]
+fn fold_chain(parent: u64, content: u64) -> u64 {
+    let p = u128::from(parent ^ CHAIN_K0) * u128::from(content ^ CHAIN_K1);
+    let h = (p as u64) ^ ((p >> 64) as u64);
+    let h = (h ^ (h >> 37)).wrapping_mul(0x1656_6791_9E37_79F9);
+    h ^ (h >> 32)
+}
+
+/// The little-endian bytes of `tokens`, borrowed where the machine is little-endian.
+#[cfg(target_endian = "little")]
+fn le_token_bytes(tokens: &[u32]) -> Option<&[u8]> {
+    // SAFETY: u32 has no padding and every byte pattern is a valid u8; the
+    // slice covers exactly the tokens' memory, which stays borrowed.
+    Some(unsafe { std::slice::from_raw_parts(tokens.as_ptr().cast::<u8>(), std::mem::size_of_val(tokens)) })
+}
+
+#[cfg(not(target_endian = "little"))]
+fn le_token_bytes(_: &[u32]) -> Option<&[u8]> {
+    None
+}
+
+/// `epp-xxh3` content hash of one block: `XXH3(LE32(t)… ‖ (LE64(len) ‖ id)…)`.
+fn xxh3_content(tokens: &[u32], extras: &[&str], buf: &mut Vec<u8>) -> u64 {
+    if extras.is_empty()
+        && let Some(bytes) = le_token_bytes(tokens)
+    {
+        return xxhash_rust::xxh3::xxh3_64(bytes);
+    }
+    buf.clear();
+    for t in tokens {
+        buf.extend_from_slice(&t.to_le_bytes());
+    }
+    for id in extras {
+        buf.extend_from_slice(&(id.len() as u64).to_le_bytes());
+        buf.extend_from_slice(id.as_bytes());
+    }
+    xxhash_rust::xxh3::xxh3_64(buf)
+}
+
+/// Request-key algorithm (llm-d `hashAlgorithm`, plus epp's own `epp-xxh3`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum RequestKeyAlgo {
     /// `cbor-fnv` (llm-d default, era C).
@@ -99,19 +151,35 @@ pub enum RequestKeyAlgo {
     CborFnv,
     /// `xxh64` (era D).
     Xxh64,
+    /// `epp-xxh3`: epp's own keys, only for indexes no other program reads.
+    EppXxh3,
+}
+
+impl RequestKeyAlgo {
+    /// The `hashAlgorithm` name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RequestKeyAlgo::CborFnv => "cbor-fnv",
+            RequestKeyAlgo::Xxh64 => "xxh64",
+            RequestKeyAlgo::EppXxh3 => "epp-xxh3",
+        }
+    }
 }
 
 /// Unknown `hashAlgorithm` name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown request-key algorithm {0:?} (want cbor-fnv or xxh64)")]
+#[error("unknown request-key algorithm {0:?} (want cbor-fnv, xxh64 or epp-xxh3)")]
 pub struct UnknownKeyAlgo(pub String);
 
 impl FromStr for RequestKeyAlgo {
     type Err = UnknownKeyAlgo;
+    /// `""` is llm-d's default, `cbor-fnv`; the plugin picks `epp-xxh3` for an
+    /// unset `hashAlgorithm` itself when no shared index is configured.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "" | "cbor-fnv" => Ok(RequestKeyAlgo::CborFnv),
             "xxh64" => Ok(RequestKeyAlgo::Xxh64),
+            "epp-xxh3" => Ok(RequestKeyAlgo::EppXxh3),
             other => Err(UnknownKeyAlgo(other.to_owned())),
         }
     }
@@ -136,8 +204,14 @@ impl RequestKeyer {
         let init = match algo {
             RequestKeyAlgo::CborFnv => fnv64a(hash_seed.as_bytes()),
             RequestKeyAlgo::Xxh64 => xxhash_rust::xxh64::xxh64(hash_seed.as_bytes(), 0),
+            RequestKeyAlgo::EppXxh3 => xxhash_rust::xxh3::xxh3_64(hash_seed.as_bytes()),
         };
         RequestKeyer { algo, init }
+    }
+
+    /// The algorithm.
+    pub fn algo(&self) -> RequestKeyAlgo {
+        self.algo
     }
 
     /// The parent key of block 0 for `model` (the LoRA name when set).
@@ -158,6 +232,7 @@ impl RequestKeyer {
                 buf.extend_from_slice(model.as_bytes());
                 xxhash_rust::xxh64::xxh64(&buf, 0)
             }
+            RequestKeyAlgo::EppXxh3 => fold_chain(self.init, xxhash_rust::xxh3::xxh3_64(model.as_bytes())),
         }
     }
 
@@ -197,6 +272,7 @@ impl RequestKeyer {
                 }
                 xxhash_rust::xxh64::xxh64(buf, 0)
             }
+            RequestKeyAlgo::EppXxh3 => fold_chain(parent, xxh3_content(tokens, extras, buf)),
         }
     }
 
@@ -208,6 +284,19 @@ impl RequestKeyer {
         }
         let mut buf = Vec::with_capacity(16 + block_size * 5);
         let mut out = Vec::with_capacity(tokens.len() / block_size);
+        if self.algo == RequestKeyAlgo::EppXxh3 {
+            // Content hashes first (independent of each other), then the chain.
+            for (i, chunk) in tokens.chunks_exact(block_size).enumerate() {
+                let ex = extras.get(i).map_or(&[][..], Vec::as_slice);
+                out.push(xxh3_content(chunk, ex, &mut buf));
+            }
+            let mut parent = parent;
+            for k in &mut out {
+                parent = fold_chain(parent, *k);
+                *k = parent;
+            }
+            return out;
+        }
         let mut parent = parent;
         for (i, chunk) in tokens.chunks_exact(block_size).enumerate() {
             let ex = extras.get(i).map_or(&[][..], Vec::as_slice);
@@ -297,7 +386,43 @@ mod tests {
         fnv64a(&buf)
     }
 
+    #[test]
+    fn epp_xxh3_chains_content_hashes() {
+        let k = RequestKeyer::new(RequestKeyAlgo::EppXxh3, "");
+        let toks: Vec<u32> = (1..=8).collect();
+        let keys = k.prompt_keys(QWEN, None, &toks, 4);
+        let c0 = xxhash_rust::xxh3::xxh3_64(&[1u32, 2, 3, 4].map(u32::to_le_bytes).concat());
+        assert_eq!(keys[0], fold_chain(k.root(QWEN), c0));
+        assert_eq!(keys[0], k.block_key(k.root(QWEN), &toks[..4], &[], &mut Vec::new()));
+        assert_eq!(keys[1], k.block_key(keys[0], &toks[4..], &[], &mut Vec::new()));
+        // Seed, model, salt and block order all change the keys.
+        assert_ne!(RequestKeyer::new(RequestKeyAlgo::EppXxh3, "42").prompt_keys(QWEN, None, &toks, 4), keys);
+        assert_ne!(k.prompt_keys("other", None, &toks, 4), keys);
+        assert_ne!(k.prompt_keys(QWEN, Some("s1"), &toks, 4), keys);
+        let swapped: Vec<u32> = toks[4..].iter().chain(&toks[..4]).copied().collect();
+        assert_ne!(k.prompt_keys(QWEN, None, &swapped, 4)[1], keys[1]);
+        assert_eq!("epp-xxh3".parse::<RequestKeyAlgo>(), Ok(RequestKeyAlgo::EppXxh3));
+        assert_eq!(RequestKeyAlgo::EppXxh3.as_str(), "epp-xxh3");
+    }
+
     proptest! {
+        #[test]
+        fn epp_xxh3_chain_equals_block_by_block(
+            toks in proptest::collection::vec(any::<u32>(), 0..100),
+            bs in 1usize..12,
+            salt in proptest::option::of("[a-z]{0,8}"),
+        ) {
+            let k = RequestKeyer::new(RequestKeyAlgo::EppXxh3, "seed");
+            let extras: Vec<Vec<&str>> = salt.as_deref().map(|s| vec![vec![s]]).unwrap_or_default();
+            let chained = k.chain(7, &toks, bs, &extras);
+            let mut parent = 7;
+            for (i, chunk) in toks.chunks_exact(bs).enumerate() {
+                let ex = extras.get(i).map_or(&[][..], Vec::as_slice);
+                parent = k.block_key(parent, chunk, ex, &mut Vec::new());
+                prop_assert_eq!(chained[i], parent);
+            }
+        }
+
         #[test]
         fn streamed_cbor_fnv_equals_hashing_the_encoding(
             parent in any::<u64>(),

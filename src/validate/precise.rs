@@ -3,7 +3,7 @@
 //! `precise-prefix-cache-producer` plugin (whether or not this build registers the type):
 //! - `tokenProcessorConfig.blockSize` / `blockSizeTokens` (16) vs vLLM `--block-size` (16);
 //! - `tokenProcessorConfig.hashSeed` vs `PYTHONHASHSEED`;
-//! - `tokenProcessorConfig.hashAlgorithm` (`cbor-fnv` | `xxh64`) and vLLM
+//! - `tokenProcessorConfig.hashAlgorithm` (`cbor-fnv` | `xxh64` | `epp-xxh3`) and vLLM
 //!   `--prefix-caching-hash-algo` (`sha256` | `sha256_cbor` | `xxhash` | `xxhash_cbor`);
 //! - `kvEventsConfig` (`zmqEndpoint`, `topicFilter` `kv@`, pod discovery `socketPort` 5557)
 //!   vs vLLM `--kv-events-config` (`endpoint`, `topic`, `enable_kv_cache_events`,
@@ -20,7 +20,7 @@ use super::{Finding, at};
 
 const TYPES: &[&str] = &["precise-prefix-cache-scorer", "precise-prefix-cache-producer"];
 const VLLM_ALGOS: &[&str] = &["sha256", "sha256_cbor", "xxhash", "xxhash_cbor"];
-const EPP_ALGOS: &[&str] = &["", "cbor-fnv", "xxh64"];
+const EPP_ALGOS: &[&str] = &["", "cbor-fnv", "xxh64", "epp-xxh3"];
 
 fn scalar(v: Option<&Value>) -> Option<String> {
     match v? {
@@ -60,7 +60,7 @@ fn tokens(params: &Value, base: &str, pools: &[Workload], out: &mut Vec<Finding>
         out.push(Finding::error(
             format!("{tp_path}.hashAlgorithm"),
             format!("unknown hashAlgorithm {algo:?}"),
-            "use cbor-fnv (default) or xxh64",
+            "use cbor-fnv, xxh64 or epp-xxh3",
         ));
     }
     for w in pools {

@@ -22,13 +22,31 @@ impl PrefixIndex {
     /// the item [`AHEAD`] places further in the group; `kref_of` names an
     /// item's key reference.
     fn write_grouped<T: Copy>(&self, items: &[T], kref_of: impl Fn(T) -> u32, mut op: impl FnMut(&mut Table, T)) {
-        if items.is_empty() {
-            return;
+        let Some(first) = items.first() else { return };
+        // Counting sort by shard (stable): `bounds[s]..bounds[s + 1]` is shard s's group.
+        let shards = self.shards.len();
+        let mut scratch = vec![0u32; 2 * (shards + 1)];
+        let (bounds, next) = scratch.split_at_mut(shards + 1);
+        for x in items {
+            bounds[self.shard_of_ref(kref_of(*x)) + 1] += 1;
         }
-        let mut sorted: Vec<(u32, T)> = items.iter().map(|x| (kref_of(*x), *x)).collect();
-        sorted.sort_by_key(|(r, _)| self.shard_of_ref(*r));
-        for group in sorted.chunk_by(|a, b| self.shard_of_ref(a.0) == self.shard_of_ref(b.0)) {
-            let mut table = write(&self.shards[self.shard_of_ref(group[0].0)].table);
+        for s in 1..=shards {
+            bounds[s] += bounds[s - 1];
+        }
+        next.copy_from_slice(bounds);
+        let mut sorted = vec![(0u32, *first); items.len()];
+        for x in items {
+            let r = kref_of(*x);
+            let at = &mut next[self.shard_of_ref(r)];
+            sorted[*at as usize] = (r, *x);
+            *at += 1;
+        }
+        for s in 0..shards {
+            let group = &sorted[bounds[s] as usize..bounds[s + 1] as usize];
+            if group.is_empty() {
+                continue;
+            }
+            let mut table = write(&self.shards[s].table);
             group.iter().take(AHEAD).for_each(|(r, _)| table.prefetch_ref(*r));
             for (i, (_, x)) in group.iter().enumerate() {
                 if let Some((ahead, _)) = group.get(i + AHEAD) {

@@ -102,12 +102,15 @@ impl TierMap {
         if self.exact_get(engine).is_some() {
             return false;
         }
-        let fp = fingerprint(engine);
-        match (refs, self.one.get(fp)) {
-            ([r], Some(taken)) if taken == *r => false,
-            ([r], None) => self.one.insert(fp, *r),
-            _ => self.exact.insert(engine, refs.into()).is_none(),
+        if let [r] = refs {
+            // One search: stored, or the reference already under this fingerprint.
+            match self.one.try_insert(fingerprint(engine), *r) {
+                Ok(()) => return true,
+                Err(taken) if taken == *r => return false,
+                Err(_) => {}
+            }
         }
+        self.exact.insert(engine, refs.into()).is_none()
     }
 
     fn remove(&mut self, engine: u64) -> Option<Refs> {

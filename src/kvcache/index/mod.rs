@@ -42,7 +42,7 @@ use self::registry::Registry;
 use self::table::{RefMatch, Table, key_ref};
 use super::events::Tier;
 use super::hashing::VllmHasher;
-use super::keys::RequestKeyer;
+use super::keys::{RequestKeyAlgo, RequestKeyer};
 
 /// How index keys are derived from events.
 #[derive(Debug, Clone)]
@@ -101,7 +101,7 @@ pub struct IndexConfig {
 impl Default for IndexConfig {
     fn default() -> Self {
         IndexConfig {
-            key_mode: KeyMode::Request { keyer: RequestKeyer::default(), block_size: 16 },
+            key_mode: KeyMode::Request { keyer: RequestKeyer::new(RequestKeyAlgo::EppXxh3, ""), block_size: 16 },
             capacity: 16 << 20,
             shards: 16,
             tier_weights: TierWeights::default(),

@@ -71,26 +71,49 @@ impl RefTable {
     }
 
     /// Stores `value` under `fp` unless `fp` is present; true when stored.
+    #[cfg(test)]
     pub fn insert(&mut self, fp: u32, value: u32) -> bool {
+        self.try_insert(fp, value).is_ok()
+    }
+
+    /// Stores `value` under `fp`, or returns the value already there. One
+    /// search: the bucket it ends on is where a new entry goes (at load below
+    /// the maximum, usually an empty one).
+    pub fn try_insert(&mut self, fp: u32, value: u32) -> Result<(), u32> {
         debug_assert_ne!(fp, 0, "fingerprints are never 0");
-        if self.find(fp).is_some() {
-            return false;
-        }
-        if (self.len + 1) * 25 > self.homes * 23 {
-            self.grow();
+        let at = self.seek(fp);
+        if let Some(i) = at
+            && fp_of(self.buckets[i]) == fp
+        {
+            return Err(self.buckets[i] as u32);
         }
         let bucket = (u64::from(fp) << 32) | u64::from(value);
-        while !self.try_place(bucket) {
-            self.grow();
+        let full = (self.len + 1) * 25 > self.homes * 23;
+        if full || !at.is_some_and(|i| self.place_at(i, bucket)) {
+            if full {
+                self.grow();
+            }
+            while !self.try_place(bucket) {
+                self.grow();
+            }
         }
         self.len += 1;
-        true
+        Ok(())
     }
 
     /// Inserts in order, shifting the rest of the run right; false when the run
     /// would spill past the slack.
     fn try_place(&mut self, bucket: u64) -> bool {
-        let Some(at) = self.seek(fp_of(bucket)) else { return false };
+        self.seek(fp_of(bucket)).is_some_and(|at| self.place_at(at, bucket))
+    }
+
+    /// Puts `bucket` at `at` (its place in order), shifting the run from `at`
+    /// right by one; false when no empty bucket follows.
+    fn place_at(&mut self, at: usize, bucket: u64) -> bool {
+        if self.buckets[at] == 0 {
+            self.buckets[at] = bucket;
+            return true;
+        }
         let Some(gap) = self.buckets[at..].iter().position(|b| *b == 0) else { return false };
         self.buckets.copy_within(at..at + gap, at + 1);
         self.buckets[at] = bucket;

@@ -346,21 +346,30 @@ impl Table {
             self.entries += usize::from(added);
             return added;
         }
-        if let Some(i) = self.find(key) {
-            let mut slot = self.buckets[i][1];
-            let added = Self::add_to_slot(&mut self.slab, &mut slot, h, mode);
-            self.buckets[i][1] = slot;
-            self.entries += usize::from(added);
-            return added;
-        }
-        if self.keys >= self.max_keys {
-            self.evict_one();
-        }
-        if over_load(self.keys + 1, self.homes) {
-            self.grow();
-        }
-        while !self.try_place([key, u64::from(h)]) {
-            self.grow();
+        let at = match self.seek(key) {
+            Ok(i) => {
+                let mut slot = self.buckets[i][1];
+                let added = Self::add_to_slot(&mut self.slab, &mut slot, h, mode);
+                self.buckets[i][1] = slot;
+                self.entries += usize::from(added);
+                return added;
+            }
+            Err(at) => at,
+        };
+        let bucket = [key, u64::from(h)];
+        // The search ended where the key goes: place it there unless the table
+        // must first evict or grow (both move buckets).
+        let roomy = self.keys < self.max_keys && !over_load(self.keys + 1, self.homes);
+        if !(roomy && self.place_at(at, bucket)) {
+            if self.keys >= self.max_keys {
+                self.evict_one();
+            }
+            if over_load(self.keys + 1, self.homes) {
+                self.grow();
+            }
+            while !self.try_place(bucket) {
+                self.grow();
+            }
         }
         self.keys += 1;
         self.entries += 1;
@@ -373,11 +382,22 @@ impl Table {
         let at = match self.seek(bucket[0]) {
             Ok(at) | Err(at) => at,
         };
-        let Some(gap) = self.buckets.get(at..).and_then(|rest| rest.iter().position(|b| b[0] == 0)) else {
-            return false;
-        };
-        self.buckets.copy_within(at..at + gap, at + 1);
-        self.buckets[at] = bucket;
+        self.place_at(at, bucket)
+    }
+
+    /// Puts `bucket` at `at` (its place in order), shifting the run from `at`
+    /// right by one; false when no empty bucket follows.
+    fn place_at(&mut self, at: usize, bucket: [u64; 2]) -> bool {
+        let Some(rest) = self.buckets.get_mut(at..) else { return false };
+        if let Some(first) = rest.first_mut()
+            && first[0] == 0
+        {
+            *first = bucket;
+            return true;
+        }
+        let Some(gap) = rest.iter().position(|b| b[0] == 0) else { return false };
+        rest.copy_within(0..gap, 1);
+        rest[0] = bucket;
         true
     }
 

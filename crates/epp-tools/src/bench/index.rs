@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 
 use epp::kvcache::events::{BlockRemoved, BlockStored, EventBatch, KvEvent, Tier};
 use epp::kvcache::index::{AddMode, IndexConfig, KeyMode, PrefixIndex, RemoveMode};
-use epp::kvcache::keys::{RequestKeyer, request_keys};
+use epp::kvcache::keys::{RequestKeyAlgo, RequestKeyer};
 
 /// Which keys the replay indexes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -174,7 +174,7 @@ fn percentile_us(sorted: &[Duration], p: f64) -> f64 {
 }
 
 /// Replays the workload in `dir`; `mismatches > 0` means a wrong answer.
-pub fn run_index_bench(dir: &Path, mode: ReplayKeys) -> Result<IndexBenchReport, BenchError> {
+pub fn run_index_bench(dir: &Path, mode: ReplayKeys, algo: RequestKeyAlgo) -> Result<IndexBenchReport, BenchError> {
     let mpath = dir.join("manifest.json");
     let manifest: Manifest = serde_json::from_slice(
         &std::fs::read(&mpath).map_err(|source| BenchError::Io { path: mpath.clone(), source })?,
@@ -183,9 +183,10 @@ pub fn run_index_bench(dir: &Path, mode: ReplayKeys) -> Result<IndexBenchReport,
     let epath = dir.join("events.jsonl");
     let events: Vec<Event> = lines(&epath)?;
     let total: usize = events.iter().filter(|e| e.op == "stored").map(|e| e.hashes.len()).sum();
+    let keyer = RequestKeyer::new(algo, "");
     let key_mode = match mode {
         ReplayKeys::Engine => KeyMode::Engine { hasher: None, block_size: BLOCK },
-        ReplayKeys::Request => KeyMode::Request { keyer: RequestKeyer::default(), block_size: BLOCK },
+        ReplayKeys::Request => KeyMode::Request { keyer, block_size: BLOCK },
     };
     let index = PrefixIndex::new(IndexConfig { key_mode, capacity: total.max(1 << 16), ..IndexConfig::default() });
     let pods: Vec<String> = (0..=events.iter().map(|e| e.pod).max().unwrap_or(0)).map(|p| p.to_string()).collect();
@@ -224,7 +225,7 @@ pub fn run_index_bench(dir: &Path, mode: ReplayKeys) -> Result<IndexBenchReport,
         for (q, want) in queries.iter().zip(&expected) {
             let keys = match mode {
                 ReplayKeys::Engine => q.clone(),
-                ReplayKeys::Request => request_keys(MODEL, None, &tokens_of(q), BLOCK),
+                ReplayKeys::Request => keyer.prompt_keys(MODEL, None, &tokens_of(q), BLOCK),
             };
             let t0 = Instant::now();
             let got = index.lookup(&keys);
@@ -283,9 +284,14 @@ mod tests {
     fn replays_and_checks_answers() {
         let dir = std::env::temp_dir().join(format!("epp-wl-{}", std::process::id()));
         tiny(&dir, false);
-        for mode in [ReplayKeys::Engine, ReplayKeys::Request] {
+        let modes = [
+            (ReplayKeys::Engine, RequestKeyAlgo::EppXxh3),
+            (ReplayKeys::Request, RequestKeyAlgo::EppXxh3),
+            (ReplayKeys::Request, RequestKeyAlgo::CborFnv),
+        ];
+        for (mode, algo) in modes {
             tiny(&dir, false);
-            let r = run_index_bench(&dir, mode).expect("runs");
+            let r = run_index_bench(&dir, mode, algo).expect("runs");
             assert_eq!(
                 (r.mismatches, r.queries, r.stored_blocks, r.removed_blocks, r.entries),
                 (0, 3, 6, 1, 5),
@@ -293,10 +299,13 @@ mod tests {
             );
             assert!(r.bytes_per_entry > 0.0);
             tiny(&dir, true);
-            assert_eq!(run_index_bench(&dir, mode).expect("runs").mismatches, 1, "{mode:?}");
+            assert_eq!(run_index_bench(&dir, mode, algo).expect("runs").mismatches, 1, "{mode:?}");
             assert!(serde_json::to_string(&r).expect("json").contains("\"lookup_p99_us\""));
         }
         let _ = std::fs::remove_dir_all(&dir);
-        assert!(matches!(run_index_bench(&dir, ReplayKeys::Request), Err(BenchError::Io { .. })));
+        assert!(matches!(
+            run_index_bench(&dir, ReplayKeys::Request, RequestKeyAlgo::EppXxh3),
+            Err(BenchError::Io { .. })
+        ));
     }
 }

@@ -18,8 +18,8 @@ pub fn run(what: BenchCommand) -> anyhow::Result<()> {
         }
         BenchCommand::Extproc(args) => extproc::run(&args)?,
         BenchCommand::FloorServer { listen, threads } => extproc::floor::serve_until_ctrl_c(listen, threads)?,
-        BenchCommand::Index { workload, key_mode } => {
-            let report = index::run_index_bench(&workload, key_mode)?;
+        BenchCommand::Index { workload, key_mode, key_algo } => {
+            let report = index::run_index_bench(&workload, key_mode, key_algo)?;
             println!("{}", serde_json::to_string(&report)?);
             anyhow::ensure!(report.mismatches == 0, "{} answers differed from the expected files", report.mismatches);
         }

@@ -245,6 +245,14 @@ impl Params {
                 };
                 (KeyMode::Engine { hasher: Some(hasher.clone()), block_size }, Some(hasher), Some(drift))
             }
+            // Unset: llm-d's `cbor-fnv` keys when they are written to the shared (Redis) index,
+            // which llm-d's own indexers read too; otherwise epp's faster `epp-xxh3`, which no
+            // other program needs to reproduce (docs/kvcache.md, "Keys").
+            None if tp.hash_algorithm.is_empty() && kb.redis_config.is_none() => (
+                KeyMode::Request { keyer: RequestKeyer::new(RequestKeyAlgo::EppXxh3, &tp.hash_seed), block_size },
+                None,
+                None,
+            ),
             None => {
                 let algo: RequestKeyAlgo =
                     tp.hash_algorithm.parse().map_err(|e: crate::kvcache::keys::UnknownKeyAlgo| {
