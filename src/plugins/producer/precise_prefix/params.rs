@@ -448,6 +448,23 @@ mod tests {
     }
 
     #[test]
+    fn unset_hash_algorithm_is_epp_xxh3_in_memory_and_cbor_fnv_with_redis() {
+        let algo =
+            |yaml: &str| match serde_yaml::from_str::<Params>(yaml).expect(yaml).derive().expect(yaml).index.key_mode {
+                KeyMode::Request { keyer, .. } => Some(keyer.algo()),
+                KeyMode::Engine { .. } => None,
+            };
+        let redis = "indexerConfig: {kvBlockIndexConfig: {redisConfig: {address: 'h:1'}}}";
+        assert_eq!(algo("{}"), Some(RequestKeyAlgo::EppXxh3));
+        assert_eq!(algo(redis), Some(RequestKeyAlgo::CborFnv));
+        assert_eq!(algo("tokenProcessorConfig: {hashAlgorithm: cbor-fnv}"), Some(RequestKeyAlgo::CborFnv));
+        assert_eq!(algo("tokenProcessorConfig: {hashAlgorithm: xxh64}"), Some(RequestKeyAlgo::Xxh64));
+        let both = "{tokenProcessorConfig: {hashAlgorithm: epp-xxh3}, indexerConfig: {kvBlockIndexConfig: {redisConfig: {address: 'h:1'}}}}";
+        assert_eq!(algo(both), Some(RequestKeyAlgo::EppXxh3));
+        assert_eq!(algo("tokenProcessorConfig: {hashAlgorithm: sha256, hashSeed: '42'}"), None);
+    }
+
+    #[test]
     fn redis_config_selects_the_shared_index_and_checks_its_fields() {
         let yaml =
             "indexerConfig: {kvBlockIndexConfig: {redisConfig: {address: 'redis-master:6379', lookupTimeout: 5ms}}}";
