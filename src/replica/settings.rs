@@ -21,10 +21,16 @@ pub struct ReplicaArgs {
     /// Heartbeat period: liveness and in-flight totals (Go duration syntax).
     #[arg(long, default_value = "1s", value_parser = crate::net::limits::parse_go_duration)]
     pub replica_sync_heartbeat: Duration,
+    /// How long updates collect before they go out as one batch of stream entries (Go
+    /// duration syntax; 0: as soon as the publisher gets to them).
+    #[arg(long, default_value = "5ms", value_parser = crate::net::limits::parse_go_duration)]
+    pub replica_sync_batch_window: Duration,
 }
 
 /// Default stream key.
 pub const DEFAULT_KEY: &str = "epp:replica-sync";
+/// Default batch window.
+pub const DEFAULT_BATCH_WINDOW: Duration = Duration::from_millis(5);
 /// Default retained entries.
 pub const DEFAULT_STREAM_LEN: u64 = 100_000;
 
@@ -41,6 +47,8 @@ pub struct SyncSettings {
     pub heartbeat: Duration,
     /// Bounded publish queue, in messages.
     pub queue: usize,
+    /// How long updates collect before the publisher writes them.
+    pub batch_window: Duration,
 }
 
 /// Why the settings are invalid.
@@ -74,6 +82,7 @@ impl SyncSettings {
             stream_len: DEFAULT_STREAM_LEN,
             heartbeat: Duration::from_secs(1),
             queue: 16_384,
+            batch_window: DEFAULT_BATCH_WINDOW,
         }
     }
 
@@ -96,6 +105,9 @@ impl SyncSettings {
         if self.heartbeat.is_zero() {
             return Err(SettingsError::Range("--replica-sync-heartbeat must be > 0"));
         }
+        if self.batch_window >= self.heartbeat {
+            return Err(SettingsError::Range("--replica-sync-batch-window must be shorter than the heartbeat"));
+        }
         redis::Client::open(self.url.as_str()).map_err(|source| SettingsError::Url { url: self.redacted(), source })
     }
 }
@@ -108,6 +120,7 @@ impl ReplicaArgs {
             key: self.replica_sync_key.clone(),
             stream_len: self.replica_sync_stream_len,
             heartbeat: self.replica_sync_heartbeat,
+            batch_window: self.replica_sync_batch_window,
             ..SyncSettings::new(url)
         })
     }

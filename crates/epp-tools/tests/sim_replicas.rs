@@ -83,7 +83,7 @@ fn a_fixed_rate_run_reports_decision_times_lag_and_redis_cost() {
     (a.system_tokens, a.question_tokens, a.output_tokens) = (256, 32, 8);
     let s = scenario(&a);
     let redis = RedisChild::start().expect("redis-server starts");
-    let target = SyncTarget { url: redis.url().to_string(), key: "test:rate".into() };
+    let target = SyncTarget::new(redis.url(), "test:rate");
     // 100 decisions at 400/s: a quarter of a second.
     let on = replicas::rate_run(&s, Policy::Approximate, 2, Some(&target), 400.0, 0.25).expect("rate run");
     let summary = format!("{on:#?}");

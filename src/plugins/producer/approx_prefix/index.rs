@@ -3,39 +3,110 @@
 //! Eviction from an endpoint's LRU removes it from the reverse map. Locks are short and
 //! never nested in the opposite order (endpoint LRU, then reverse-map shard).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Mutex, RwLock};
 
 use crate::endpoints::model::EndpointId;
+use crate::kvcache::index::MixState;
 
 const SHARDS: usize = 32;
 
-/// Recency-ordered set of keys with a capacity.
-#[derive(Debug, Default)]
+/// No node.
+const NIL: u32 = u32::MAX;
+
+/// One key of an [`Lru`], linked from more to less recent.
+#[derive(Debug, Clone, Copy)]
+struct Node {
+    key: u64,
+    newer: u32,
+    older: u32,
+}
+
+/// Recency-ordered set of keys with a capacity: a key -> node map over a doubly linked list
+/// kept in a vector (freed nodes reused), so a touch is one hash probe and a few stores.
+/// Keys are XXH64 block hashes already: the map hashes them with one multiply.
+#[derive(Debug)]
 struct Lru {
-    stamp_of: HashMap<u64, u64>,
-    by_stamp: BTreeMap<u64, u64>,
-    next_stamp: u64,
+    node_of: HashMap<u64, u32, MixState>,
+    nodes: Vec<Node>,
+    free: Vec<u32>,
+    newest: u32,
+    oldest: u32,
+}
+
+impl Default for Lru {
+    fn default() -> Self {
+        Self { node_of: HashMap::default(), nodes: Vec::new(), free: Vec::new(), newest: NIL, oldest: NIL }
+    }
 }
 
 impl Lru {
-    /// Touches `key`; returns the keys evicted to stay within `capacity`.
-    fn touch(&mut self, key: u64, capacity: usize, evicted: &mut Vec<u64>) -> bool {
-        self.next_stamp += 1;
-        let fresh = match self.stamp_of.insert(key, self.next_stamp) {
-            Some(old) => {
-                self.by_stamp.remove(&old);
-                false
-            }
-            None => true,
-        };
-        self.by_stamp.insert(self.next_stamp, key);
-        while self.stamp_of.len() > capacity.max(1) {
-            let Some((_, oldest)) = self.by_stamp.pop_first() else { break };
-            self.stamp_of.remove(&oldest);
-            evicted.push(oldest);
+    fn len(&self) -> usize {
+        self.node_of.len()
+    }
+
+    fn unlink(&mut self, i: u32) {
+        let Node { newer, older, .. } = self.nodes[i as usize];
+        match newer {
+            NIL => self.newest = older,
+            n => self.nodes[n as usize].older = older,
         }
-        fresh
+        match older {
+            NIL => self.oldest = newer,
+            o => self.nodes[o as usize].newer = newer,
+        }
+    }
+
+    fn push_newest(&mut self, i: u32) {
+        let old_newest = self.newest;
+        self.nodes[i as usize].newer = NIL;
+        self.nodes[i as usize].older = old_newest;
+        match old_newest {
+            NIL => self.oldest = i,
+            n => self.nodes[n as usize].newer = i,
+        }
+        self.newest = i;
+    }
+
+    /// Touches `key` (true when it was not held); pushes the keys evicted to stay within
+    /// `capacity` onto `evicted`.
+    fn touch(&mut self, key: u64, capacity: usize, evicted: &mut Vec<u64>) -> bool {
+        if let Some(&i) = self.node_of.get(&key) {
+            if self.newest != i {
+                self.unlink(i);
+                self.push_newest(i);
+            }
+            return false;
+        }
+        let node = Node { key, newer: NIL, older: NIL };
+        let i = match self.free.pop() {
+            Some(i) => {
+                self.nodes[i as usize] = node;
+                i
+            }
+            None => {
+                self.nodes.push(node);
+                (self.nodes.len() - 1) as u32
+            }
+        };
+        self.node_of.insert(key, i);
+        self.push_newest(i);
+        while self.node_of.len() > capacity.max(1) {
+            let oldest = self.oldest;
+            if oldest == NIL {
+                break;
+            }
+            self.unlink(oldest);
+            let gone = self.nodes[oldest as usize].key;
+            self.node_of.remove(&gone);
+            self.free.push(oldest);
+            evicted.push(gone);
+        }
+        true
+    }
+
+    fn into_keys(self) -> impl Iterator<Item = u64> {
+        self.node_of.into_keys()
     }
 }
 
@@ -43,14 +114,14 @@ impl Lru {
 #[derive(Debug)]
 pub struct ApproxIndex {
     servers: Mutex<HashMap<EndpointId, Lru>>,
-    reverse: Vec<RwLock<HashMap<u64, Vec<EndpointId>>>>,
+    reverse: Vec<RwLock<HashMap<u64, Vec<EndpointId>, MixState>>>,
 }
 
 impl Default for ApproxIndex {
     fn default() -> Self {
         Self {
             servers: Mutex::new(HashMap::new()),
-            reverse: (0..SHARDS).map(|_| RwLock::new(HashMap::new())).collect(),
+            reverse: (0..SHARDS).map(|_| RwLock::new(HashMap::default())).collect(),
         }
     }
 }
@@ -116,7 +187,7 @@ impl ApproxIndex {
             let mut servers = self.servers.lock().unwrap_or_else(|p| p.into_inner());
             let gone: Vec<EndpointId> = servers.keys().filter(|id| !keep(id)).cloned().collect();
             gone.into_iter()
-                .filter_map(|id| servers.remove(&id).map(|lru| (id, lru.stamp_of.into_keys().collect())))
+                .filter_map(|id| servers.remove(&id).map(|lru| (id, lru.into_keys().collect())))
                 .collect()
         };
         for (id, keys) in removed {
@@ -128,7 +199,7 @@ impl ApproxIndex {
 
     /// Total (key, endpoint) entries.
     pub fn len(&self) -> usize {
-        self.servers.lock().unwrap_or_else(|p| p.into_inner()).values().map(|l| l.stamp_of.len()).sum()
+        self.servers.lock().unwrap_or_else(|p| p.into_inner()).values().map(Lru::len).sum()
     }
 
     /// True when empty.
@@ -162,6 +233,25 @@ mod tests {
         assert_eq!(idx.len(), 2);
         assert!(idx.match_counts(&[1]).is_empty());
         assert_eq!(idx.match_counts(&[2, 3])[&a], 2);
+    }
+
+    #[test]
+    fn a_touch_makes_a_key_most_recent_and_freed_nodes_are_reused() {
+        let mut lru = Lru::default();
+        let mut evicted = Vec::new();
+        for k in [1, 2, 3] {
+            assert!(lru.touch(k, 3, &mut evicted));
+        }
+        assert!(!lru.touch(1, 3, &mut evicted), "held already");
+        assert!(lru.touch(4, 3, &mut evicted));
+        assert_eq!(evicted, vec![2], "2 was the least recent once 1 was touched");
+        assert!(lru.touch(5, 2, &mut evicted));
+        assert_eq!(evicted, vec![2, 3, 1]);
+        assert_eq!((lru.len(), lru.nodes.len()), (2, 4), "freed nodes reused");
+        assert!(!lru.touch(4, 2, &mut evicted) && !lru.touch(5, 2, &mut evicted));
+        assert!(lru.touch(6, 1, &mut evicted));
+        assert_eq!(evicted, vec![2, 3, 1, 4, 5]);
+        assert_eq!((lru.newest, lru.oldest), (lru.node_of[&6], lru.node_of[&6]));
     }
 
     #[test]
