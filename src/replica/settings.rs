@@ -144,6 +144,14 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_batch_window_must_be_shorter_than_the_heartbeat() {
+        let long = SyncSettings { batch_window: Duration::from_secs(1), ..SyncSettings::new("redis://h") };
+        assert!(matches!(long.client(), Err(SettingsError::Range(_))));
+        let none = SyncSettings { batch_window: Duration::ZERO, ..SyncSettings::new("redis://h") };
+        assert!(none.client().is_ok());
+    }
+
+    #[test]
     fn urls_are_checked_and_redacted() {
         for ok in ["redis://127.0.0.1:6379", "rediss://h:1/0", "unix:///tmp/r.sock", "valkey://h:6379"] {
             assert!(SyncSettings::new(ok).client().is_ok(), "{ok}");
