@@ -32,7 +32,9 @@ pub const DEFAULT_KEY: &str = "epp:replica-sync";
 /// Default batch window.
 pub const DEFAULT_BATCH_WINDOW: Duration = Duration::from_millis(5);
 /// Default retained entries.
-pub const DEFAULT_STREAM_LEN: u64 = 100_000;
+/// (At 5,000 decisions/s over four replicas an entry held ~9 updates, ~3.5 KB: ~70 MB of
+/// Redis memory and ~36 s of history at this length; docs/replicas.md#measured.)
+pub const DEFAULT_STREAM_LEN: u64 = 20_000;
 
 /// Validated settings.
 #[derive(Clone, Debug)]
