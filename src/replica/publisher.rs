@@ -171,7 +171,10 @@ mod tests {
                 replica: "r".into(),
                 published_ms: 1_000 + i,
                 plugin: "approx".into(),
-                body: Body::Update(SharedUpdate::PrefixRecorded { endpoint: format!("pod-{i}").into(), keys: keys.clone() }),
+                body: Body::Update(SharedUpdate::PrefixRecorded {
+                    endpoint: format!("pod-{i}").into(),
+                    keys: keys.clone(),
+                }),
             })
             .collect();
         let entries = entries(&messages);
