@@ -29,7 +29,6 @@ mod table;
 
 pub use apply::{ApplyStats, EventOutcome};
 pub(crate) use apply::{is_unsupported_kind, realign_extras, span_error};
-pub use engine_map::{MixHasher, MixState};
 pub use table::{AddMode, RemoveMode};
 
 use std::sync::atomic::{AtomicU64, Ordering};

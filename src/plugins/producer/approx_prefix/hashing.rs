@@ -29,13 +29,15 @@ pub fn block_keys(
     let mut parent = root_key(model, cache_salt);
     let limit = if max_blocks == 0 { usize::MAX } else { max_blocks };
     let mut keys = Vec::with_capacity(tokens.len().div_ceil(block_size).min(limit));
-    let mut bytes = Vec::with_capacity(block_size * 4);
+    // One buffer for every block, written as fixed 4-byte lanes (a plain copy on
+    // little-endian targets) rather than grown token by token.
+    let mut buffer = vec![0u8; block_size.min(tokens.len()) * 4];
     for block in tokens.chunks(block_size).take(limit) {
-        bytes.clear();
-        for t in block {
-            bytes.extend_from_slice(&t.to_le_bytes());
+        let bytes = &mut buffer[..block.len() * 4];
+        for (lane, t) in bytes.chunks_exact_mut(4).zip(block) {
+            lane.copy_from_slice(&t.to_le_bytes());
         }
-        let block_id = xxh64(&bytes, 0);
+        let block_id = xxh64(bytes, 0);
         let mut pair = [0u8; 16];
         pair[..8].copy_from_slice(&block_id.to_le_bytes());
         pair[8..].copy_from_slice(&parent.to_le_bytes());
