@@ -1,7 +1,7 @@
 //! Decision-path lookup: the shared Redis index against the in-memory index, one sitting, same
 //! data (chains of blocks on 1-3 of 64 endpoints, engine-key mode), same queries. Starts its own
 //! `redis-server` on a free loopback port (no persistence) and prints p50/p99 of each and their
-//! ratio for 128- and 1024-block prompts (2k and 16k tokens at block 16).
+//! ratio for 8-, 32-, 128- and 1024-block prompts (128 to 16k tokens at block 16).
 //!
 //! `cargo bench --bench redis_index -- --quick`
 
@@ -89,7 +89,7 @@ fn lookup_benches(c: &mut Criterion) {
             rt.block_on(redis.apply(&ep, "m", &batch));
         }
     }
-    for blocks in [128, 1024] {
+    for blocks in [8, 32, 128, 1024] {
         let mut mem_lat = Vec::with_capacity(SAMPLES);
         let mut redis_lat = Vec::with_capacity(SAMPLES);
         let mut rng = 7u64;

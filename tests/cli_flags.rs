@@ -133,6 +133,7 @@ fn replica_sync_is_off_by_default_and_takes_its_flags() {
         "epp:pool-a",
         "--replica-sync-stream-len=5000",
         "--replica-sync-heartbeat=250ms",
+        "--replica-sync-batch-window=2ms",
     ])
     .unwrap()
     .serve
@@ -140,6 +141,7 @@ fn replica_sync_is_off_by_default_and_takes_its_flags() {
     .settings()
     .expect("on");
     assert_eq!((on.url.as_str(), on.key.as_str(), on.stream_len), ("valkey://cache:6379/2", "epp:pool-a", 5000));
-    assert_eq!(on.heartbeat, Duration::from_millis(250));
+    assert_eq!((on.heartbeat, on.batch_window), (Duration::from_millis(250), Duration::from_millis(2)));
     assert_eq!(off.replica_sync_key, "epp:replica-sync");
+    assert_eq!(off.replica_sync_batch_window, Duration::from_millis(5));
 }

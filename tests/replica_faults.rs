@@ -131,27 +131,23 @@ impl Stream {
         redis::cmd("XLEN").arg(KEY).query_async(&mut self.conn).await.expect("XLEN")
     }
 
-    /// Prefix updates among the retained entries.
+    /// Prefix updates in the retained entries (an entry holds a batch of updates).
     async fn prefix_updates(&mut self) -> usize {
         let entries: Vec<(String, Vec<Vec<u8>>)> =
             redis::cmd("XRANGE").arg(KEY).arg("-").arg("+").query_async(&mut self.conn).await.expect("XRANGE");
-        let prefix = |fields: &[Vec<u8>]| {
-            fields.chunks(2).any(|kv| {
-                kv[0] == b"m"
-                    && kv
-                        .get(1)
-                        .and_then(|v| decode(v).ok())
-                        .is_some_and(|m| matches!(m.body, Body::Update(SharedUpdate::PrefixRecorded { .. })))
-            })
+        let prefix = |fields: &[Vec<u8>]| -> usize {
+            let messages = fields.chunks(2).filter(|kv| kv[0] == b"m").filter_map(|kv| decode(kv.get(1)?).ok());
+            let prefix = |m: &Message| matches!(m.body, Body::Update(SharedUpdate::PrefixRecorded { .. }));
+            messages.flatten().filter(prefix).count()
         };
-        entries.iter().filter(|(_, fields)| prefix(fields)).count()
+        entries.iter().map(|(_, fields)| prefix(fields)).sum()
     }
 
-    /// Appends `messages` (no trim: the replicas' own writes trim).
+    /// Appends `messages`, one entry each (no trim: the replicas' own writes trim).
     async fn append(&mut self, messages: &[Message]) {
         let mut pipe = redis::pipe();
         for message in messages {
-            pipe.cmd("XADD").arg(KEY).arg("*").arg("m").arg(encode(message)).ignore();
+            pipe.cmd("XADD").arg(KEY).arg("*").arg("m").arg(encode(std::slice::from_ref(message))).ignore();
         }
         pipe.query_async::<()>(&mut self.conn).await.expect("XADD");
     }

@@ -172,11 +172,11 @@ async fn malformed_and_foreign_messages_are_counted_and_ignored() {
         body: Body::Update(SharedUpdate::PrefixRecorded { endpoint: "pod-0".into(), keys: vec![1, 2, 3].into() }),
     };
     let entries: Vec<(&str, Vec<u8>)> = vec![
-        ("m", vec![1, 200, 7]),
+        ("m", vec![2, 200, 7]),
         ("m", vec![9, 0, 0, 0]),
         ("other", b"hello".to_vec()),
-        ("m", encode(&message("no-such-plugin"))),
-        ("m", encode(&message(APPROX))),
+        ("m", encode(&[message("no-such-plugin")])),
+        ("m", encode(&[message(APPROX)])),
     ];
     for (field, value) in entries {
         let _: String = redis::cmd("XADD")

@@ -65,11 +65,29 @@ pub struct Origin<'a> {
     pub age: Duration,
 }
 
+/// One update another replica published, with where it came from.
+#[derive(Clone, Copy, Debug)]
+pub struct Remote<'a> {
+    /// Its publisher and age.
+    pub origin: Origin<'a>,
+    /// The update.
+    pub update: &'a SharedUpdate,
+}
+
 /// A plugin's side of sharing: applies other replicas' updates. Called from the sync task,
 /// never from a decision; must take only short locks.
 pub trait SharedState: Send + Sync + fmt::Debug {
     /// Applies an update another replica published for this plugin instance.
     fn apply(&self, origin: Origin<'_>, update: &SharedUpdate);
+
+    /// Applies a run of updates for this plugin instance, in stream order (one stream entry
+    /// holds many). The default applies them one by one; a plugin overrides it to share
+    /// per-call work (snapshots, gauges) across the run.
+    fn apply_batch(&self, updates: &[Remote<'_>]) {
+        for remote in updates {
+            self.apply(remote.origin, remote.update);
+        }
+    }
 
     /// Updates to publish with every heartbeat (absolute state; default: none).
     fn heartbeat(&self) -> Vec<SharedUpdate> {

@@ -1,8 +1,9 @@
-//! Applies what other replicas published: routes each decoded [`Message`] to the
-//! [`SharedState`] registered under its plugin name, skips this replica's own messages and
-//! stale in-flight updates, keeps track of which peers are alive and makes plugins forget a
-//! peer silent for three heartbeats. Counts every outcome; `applied()` is a barrier for
-//! tests and tools.
+//! Applies what other replicas published: takes a stream entry (skipping this replica's own
+//! from the header alone), routes each run of decoded [`Message`]s for one plugin instance to
+//! the [`SharedState`] registered under its name in one call, skips stale in-flight updates,
+//! keeps track of which peers are alive and makes plugins forget a peer silent for three
+//! heartbeats. Counts every outcome once per entry; `applied()` is a barrier for tests and
+//! tools.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock, Weak};
@@ -12,9 +13,9 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::metrics::{Received, SyncMetrics};
-use super::wire::{Body, DecodeError, Message};
+use super::wire::{self, Body, DecodeError, Message};
 use crate::framework::plugin::PluginName;
-use crate::framework::replica::{Origin, SharedState, SharedUpdate};
+use crate::framework::replica::{Origin, Remote, SharedState, SharedUpdate};
 
 /// Silent heartbeats after which a peer is forgotten.
 pub const SILENT_BEATS: u32 = 3;
@@ -46,6 +47,41 @@ impl AppliedCounts {
             Body::Update(SharedUpdate::SessionBound { .. }) => &mut self.sessions,
         };
         *slot += 1;
+    }
+
+    fn add(&mut self, other: &AppliedCounts) {
+        self.prefix += other.prefix;
+        self.speculative += other.speculative;
+        self.inflight += other.inflight;
+        self.sessions += other.sessions;
+        self.heartbeats += other.heartbeats;
+    }
+}
+
+/// Outcomes of one batch, counted once at its end.
+#[derive(Debug)]
+struct Tally {
+    outcomes: [(Received, u64); 4],
+    applied: AppliedCounts,
+}
+
+impl Default for Tally {
+    fn default() -> Self {
+        let outcomes = [Received::Applied, Received::Own, Received::UnknownPlugin, Received::Stale].map(|o| (o, 0));
+        Self { outcomes, applied: AppliedCounts::default() }
+    }
+}
+
+impl Tally {
+    fn count(&mut self, outcome: Received) {
+        if let Some(slot) = self.outcomes.iter_mut().find(|(o, _)| *o == outcome) {
+            slot.1 += 1;
+        }
+    }
+
+    fn applied(&mut self, body: &Body) {
+        self.count(Received::Applied);
+        self.applied.count(body);
     }
 }
 
@@ -94,46 +130,114 @@ impl Applier {
         self.applied.subscribe()
     }
 
-    /// Counts an undecodable entry.
+    /// Counts an undecodable entry (`None`: no `m` field) as one message.
     pub fn reject(&self, error: Option<DecodeError>) {
         let outcome = match error {
             Some(DecodeError::Version(_)) => Received::ForeignVersion,
             _ => Received::Malformed,
         };
-        tracing::debug!(?error, "Replica sync: message ignored");
-        self.metrics.received(outcome);
+        tracing::debug!(?error, "Replica sync: entry ignored");
+        self.metrics.received(outcome, 1);
     }
 
-    /// Applies one message; `live` = read as it arrived (not during catch-up), for the lag.
+    /// Handles one stream entry's `m` field (`None`: the entry has none). This replica's own
+    /// entries are counted from their header alone; the others are decoded whole (a bad entry
+    /// is skipped whole) and applied. `live` = read as it arrived (not during catch-up), for
+    /// the lag.
+    pub fn receive(&self, entry: Option<&[u8]>, live: bool) {
+        let Some(bytes) = entry else { return self.reject(None) };
+        match wire::header(bytes) {
+            Err(error) => self.reject(Some(error)),
+            Ok(head) if head.replica == &*self.replica => self.metrics.received(Received::Own, head.count as u64),
+            Ok(_) => match wire::decode(bytes) {
+                Ok(messages) => self.apply_batch(&messages, live),
+                Err(error) => self.reject(Some(error)),
+            },
+        }
+    }
+
+    /// Applies one message (see [`Applier::apply_batch`]).
     pub fn apply(&self, message: &Message, live: bool) {
-        let outcome = self.outcome(message, live);
-        self.metrics.received(outcome);
-        if outcome == Received::Applied {
-            self.applied.send_modify(|n| n.count(&message.body));
+        self.apply_batch(std::slice::from_ref(message), live);
+    }
+
+    /// Applies `messages` in order: each run of consecutive updates for one plugin instance
+    /// goes to its state in one call. Counts every outcome, records the lag of live updates
+    /// and publishes the applied counts once.
+    pub fn apply_batch(&self, messages: &[Message], live: bool) {
+        let now = now_ms();
+        let mut tally = Tally::default();
+        self.note_peers(messages, now);
+        let mut rest = messages;
+        while let Some(first) = rest.first() {
+            let run = rest.iter().take_while(|m| m.plugin == first.plugin).count();
+            self.apply_run(&rest[..run], live, now, &mut tally);
+            rest = &rest[run..];
+        }
+        for (outcome, n) in tally.outcomes {
+            if n > 0 {
+                self.metrics.received(outcome, n);
+            }
+        }
+        if tally.applied != AppliedCounts::default() {
+            self.applied.send_modify(|n| n.add(&tally.applied));
         }
     }
 
-    fn outcome(&self, message: &Message, live: bool) -> Received {
-        if message.replica == self.replica {
-            return Received::Own;
+    fn age(&self, message: &Message, now: u64) -> Duration {
+        Duration::from_millis(now.saturating_sub(message.published_ms))
+    }
+
+    fn fresh(&self, age: Duration) -> bool {
+        age < self.heartbeat * SILENT_BEATS
+    }
+
+    /// Marks the replicas of fresh messages alive (one lock for the batch).
+    fn note_peers(&self, messages: &[Message], now: u64) {
+        let mut last: Option<&Arc<str>> = None;
+        let mut peers = None;
+        for m in messages {
+            if m.replica == self.replica || last == Some(&m.replica) || !self.fresh(self.age(m, now)) {
+                continue;
+            }
+            last = Some(&m.replica);
+            let peers = peers.get_or_insert_with(|| self.peers.lock().unwrap_or_else(|p| p.into_inner()));
+            peers.insert(m.replica.clone(), Instant::now());
         }
-        let age = Duration::from_millis(now_ms().saturating_sub(message.published_ms));
-        let fresh = age < self.heartbeat * SILENT_BEATS;
-        if fresh {
-            self.peers.lock().unwrap_or_else(|p| p.into_inner()).insert(message.replica.clone(), Instant::now());
+    }
+
+    /// Applies a run of messages for one plugin instance.
+    fn apply_run(&self, run: &[Message], live: bool, now: u64, tally: &mut Tally) {
+        let state = self.states.read().unwrap_or_else(|p| p.into_inner()).get(&run[0].plugin).and_then(Weak::upgrade);
+        let mut updates = Vec::with_capacity(run.len());
+        for m in run {
+            if m.replica == self.replica {
+                tally.count(Received::Own);
+                continue;
+            }
+            let age = self.age(m, now);
+            let Body::Update(update) = &m.body else {
+                tally.applied(&m.body);
+                continue;
+            };
+            let in_flight = matches!(update, SharedUpdate::InFlightDelta { .. } | SharedUpdate::InFlightTotals { .. });
+            if in_flight && !self.fresh(age) {
+                tally.count(Received::Stale);
+                continue;
+            }
+            if state.is_none() {
+                tally.count(Received::UnknownPlugin);
+                continue;
+            }
+            if live {
+                self.metrics.lag.observe(age.as_secs_f64());
+            }
+            tally.applied(&m.body);
+            updates.push(Remote { origin: Origin { replica: &m.replica, age }, update });
         }
-        let Body::Update(update) = &message.body else { return Received::Applied };
-        let in_flight = matches!(update, SharedUpdate::InFlightDelta { .. } | SharedUpdate::InFlightTotals { .. });
-        if in_flight && !fresh {
-            return Received::Stale;
+        if let Some(state) = state.filter(|_| !updates.is_empty()) {
+            state.apply_batch(&updates);
         }
-        let state = self.states.read().unwrap_or_else(|p| p.into_inner()).get(&message.plugin).and_then(Weak::upgrade);
-        let Some(state) = state else { return Received::UnknownPlugin };
-        state.apply(Origin { replica: &message.replica, age }, update);
-        if live {
-            self.metrics.lag.observe(age.as_secs_f64());
-        }
-        Received::Applied
     }
 
     /// Forgets peers silent for [`SILENT_BEATS`] heartbeats (their in-flight load drops) and

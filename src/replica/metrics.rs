@@ -54,7 +54,8 @@ pub struct SyncMetrics {
     pub dropped_queue_full: IntCounter,
     /// `epp_replica_sync_messages_dropped_total{reason="redis_error"}`.
     pub dropped_redis_error: IntCounter,
-    received: IntCounterVec,
+    /// `epp_replica_sync_messages_received_total`, one series per outcome (as in `Received::ALL`).
+    received: [IntCounter; 6],
     /// `epp_replica_sync_lag_seconds`.
     pub lag: Histogram,
     /// `epp_replica_sync_outages_total`.
@@ -119,15 +120,12 @@ impl SyncMetrics {
         registry.register(Box::new(resyncs.clone()))?;
         registry.register(Box::new(gaps.clone()))?;
         registry.register(Box::new(peers.clone()))?;
-        for outcome in Received::ALL {
-            received.with_label_values(&[outcome.as_str()]);
-        }
         Ok(Self {
             connected,
             sent,
             dropped_queue_full: dropped.with_label_values(&["queue_full"]),
             dropped_redis_error: dropped.with_label_values(&["redis_error"]),
-            received,
+            received: Received::ALL.map(|o| received.with_label_values(&[o.as_str()])),
             lag,
             outages,
             resyncs,
@@ -136,13 +134,13 @@ impl SyncMetrics {
         })
     }
 
-    /// Counts one message read.
-    pub fn received(&self, outcome: Received) {
-        self.received.with_label_values(&[outcome.as_str()]).inc();
+    /// Counts `n` messages read with `outcome`.
+    pub fn received(&self, outcome: Received, n: u64) {
+        self.received[outcome as usize].inc_by(n);
     }
 
     /// Messages read with `outcome` so far.
     pub fn received_count(&self, outcome: Received) -> u64 {
-        self.received.with_label_values(&[outcome.as_str()]).get()
+        self.received[outcome as usize].get()
     }
 }

@@ -4,11 +4,14 @@
 //! that applies what the other replicas published; this module never names a plugin.
 //!
 //! - `settings`: flags and validated settings (URL schemes, key, trim, heartbeat).
-//! - `wire`: the versioned binary message format (the only module that knows the bytes).
-//! - `publisher`: the bounded outbox (never blocks a decision) and the `XADD` writer.
+//! - `wire`: the versioned binary entry format, a batch of one replica's updates per stream
+//!   entry (the only module that knows the bytes).
+//! - `publisher`: the bounded outbox (never blocks a decision) and the `XADD` writer, one
+//!   pipeline per batch window.
 //! - `reader`: catch-up from the retained window, then `XREAD BLOCK`; resumes from its
 //!   position after an outage and counts gaps.
-//! - `applier`: routes messages to plugins, skips own and stale ones, tracks live peers.
+//! - `applier`: routes each entry's updates to plugins (a run per call), skips own entries
+//!   from their header and stale updates, tracks live peers.
 //! - `conn`: connections with timeouts, backoff, connection health and outage counting.
 //! - `metrics`: `epp_replica_sync_*`.
 //!

@@ -5,7 +5,8 @@
 //! retained entries after its position in pages without blocking (catch-up: no lag
 //! recorded), then follows with `XREAD BLOCK`. Its position is the id of the last entry it
 //! handled, so a reconnect resumes where it stopped. Replies are parsed defensively: an entry
-//! without a well-formed `m` field is counted as malformed.
+//! without a well-formed `m` field is counted as malformed. Each entry goes to the applier
+//! whole (one entry = one batch of one replica's updates).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,10 +19,10 @@ use super::applier::Applier;
 use super::conn::{Backoff, Health, Role, connect};
 use super::metrics::SyncMetrics;
 use super::settings::SyncSettings;
-use super::wire;
 
-/// Entries per read.
-const PAGE: usize = 512;
+/// Entries per read (an entry holds up to `publisher::ENTRY_BYTES` of updates, so a page is
+/// at most a few MB).
+const PAGE: usize = 128;
 /// How long one `XREAD BLOCK` waits for new entries.
 const BLOCK: Duration = Duration::from_secs(1);
 
@@ -144,13 +145,7 @@ async fn read(
             if let Some(id) = EntryId::parse(&id) {
                 *position = (*position).max(id);
             }
-            match field(fields, b"m") {
-                Some(bytes) => match wire::decode(&bytes) {
-                    Ok(message) => applier.apply(&message, live),
-                    Err(error) => applier.reject(Some(error)),
-                },
-                None => applier.reject(None),
-            }
+            applier.receive(field(fields, b"m").as_deref(), live);
         }
     }
     Ok(n)

@@ -21,12 +21,20 @@ pub struct ReplicaArgs {
     /// Heartbeat period: liveness and in-flight totals (Go duration syntax).
     #[arg(long, default_value = "1s", value_parser = crate::net::limits::parse_go_duration)]
     pub replica_sync_heartbeat: Duration,
+    /// How long updates collect before they go out as one batch of stream entries (Go
+    /// duration syntax; 0: as soon as the publisher gets to them).
+    #[arg(long, default_value = "5ms", value_parser = crate::net::limits::parse_go_duration)]
+    pub replica_sync_batch_window: Duration,
 }
 
 /// Default stream key.
 pub const DEFAULT_KEY: &str = "epp:replica-sync";
+/// Default batch window.
+pub const DEFAULT_BATCH_WINDOW: Duration = Duration::from_millis(5);
 /// Default retained entries.
-pub const DEFAULT_STREAM_LEN: u64 = 100_000;
+/// (At 5,000 decisions/s over four replicas an entry held ~9 updates, ~3.5 KB: ~70 MB of
+/// Redis memory and ~36 s of history at this length; docs/replicas.md#measured.)
+pub const DEFAULT_STREAM_LEN: u64 = 20_000;
 
 /// Validated settings.
 #[derive(Clone, Debug)]
@@ -41,6 +49,8 @@ pub struct SyncSettings {
     pub heartbeat: Duration,
     /// Bounded publish queue, in messages.
     pub queue: usize,
+    /// How long updates collect before the publisher writes them.
+    pub batch_window: Duration,
 }
 
 /// Why the settings are invalid.
@@ -74,6 +84,7 @@ impl SyncSettings {
             stream_len: DEFAULT_STREAM_LEN,
             heartbeat: Duration::from_secs(1),
             queue: 16_384,
+            batch_window: DEFAULT_BATCH_WINDOW,
         }
     }
 
@@ -96,6 +107,9 @@ impl SyncSettings {
         if self.heartbeat.is_zero() {
             return Err(SettingsError::Range("--replica-sync-heartbeat must be > 0"));
         }
+        if self.batch_window >= self.heartbeat {
+            return Err(SettingsError::Range("--replica-sync-batch-window must be shorter than the heartbeat"));
+        }
         redis::Client::open(self.url.as_str()).map_err(|source| SettingsError::Url { url: self.redacted(), source })
     }
 }
@@ -108,6 +122,7 @@ impl ReplicaArgs {
             key: self.replica_sync_key.clone(),
             stream_len: self.replica_sync_stream_len,
             heartbeat: self.replica_sync_heartbeat,
+            batch_window: self.replica_sync_batch_window,
             ..SyncSettings::new(url)
         })
     }
@@ -129,6 +144,14 @@ fn redact(url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_batch_window_must_be_shorter_than_the_heartbeat() {
+        let long = SyncSettings { batch_window: Duration::from_secs(1), ..SyncSettings::new("redis://h") };
+        assert!(matches!(long.client(), Err(SettingsError::Range(_))));
+        let none = SyncSettings { batch_window: Duration::ZERO, ..SyncSettings::new("redis://h") };
+        assert!(none.client().is_ok());
+    }
 
     #[test]
     fn urls_are_checked_and_redacted() {

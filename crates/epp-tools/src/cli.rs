@@ -133,6 +133,10 @@ pub struct SimArgs {
     /// a redis-server on loopback; every count then runs without and with sync, alternating.
     #[arg(long)]
     pub replica_sync: Option<String>,
+    /// With `--replica-sync`: how long each replica's updates collect before they go out as
+    /// one batch (epp's `--replica-sync-batch-window`).
+    #[arg(long, default_value = "5ms", value_parser = humantime::parse_duration)]
+    pub replica_sync_batch_window: std::time::Duration,
     /// With `--replicas`: repeat each without/with-sync pair this many times.
     #[arg(long, default_value_t = 1)]
     pub replica_rounds: usize,

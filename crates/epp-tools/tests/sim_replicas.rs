@@ -83,7 +83,7 @@ fn a_fixed_rate_run_reports_decision_times_lag_and_redis_cost() {
     (a.system_tokens, a.question_tokens, a.output_tokens) = (256, 32, 8);
     let s = scenario(&a);
     let redis = RedisChild::start().expect("redis-server starts");
-    let target = SyncTarget { url: redis.url().to_string(), key: "test:rate".into() };
+    let target = SyncTarget::new(redis.url(), "test:rate");
     // 100 decisions at 400/s: a quarter of a second.
     let on = replicas::rate_run(&s, Policy::Approximate, 2, Some(&target), 400.0, 0.25).expect("rate run");
     let summary = format!("{on:#?}");
@@ -93,9 +93,10 @@ fn a_fixed_rate_run_reports_decision_times_lag_and_redis_cost() {
     // Updates read during a reader's first catch-up page carry no lag sample.
     assert!(on.sync_stats.lag_samples >= 50 && on.sync_stats.lag_p99_ms > 0.0, "{summary}");
     let redis_usage = on.redis.expect("Redis cost measured with sync");
-    // `used_memory` growth over a 100-entry stream is within the allocator's noise (it can be
-    // negative); only the entry count is checked here.
-    assert!(redis_usage.stream_entries >= 100 && redis_usage.cpu_s > 0.0, "{summary}");
+    // `used_memory` growth over so short a stream is within the allocator's noise (it can be
+    // negative); only the entry count is checked here: an entry holds a batch window's updates.
+    let entries = redis_usage.stream_entries;
+    assert!(entries >= 1 && entries <= on.sync_stats.sent && redis_usage.cpu_s > 0.0, "{summary}");
     let off = replicas::rate_run(&s, Policy::Approximate, 2, None, 400.0, 0.25).expect("rate run");
     assert_eq!((off.decisions, off.sync_stats.sent), (100, 0), "{off:#?}");
 }

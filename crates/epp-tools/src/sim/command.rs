@@ -153,6 +153,7 @@ pub fn demo_args(seed: u64) -> SimArgs {
         json: false,
         replicas: Vec::new(),
         replica_sync: None,
+        replica_sync_batch_window: epp::replica::settings::DEFAULT_BATCH_WINDOW,
         replica_rounds: 1,
         decision_rate: None,
         decision_seconds: 10.0,

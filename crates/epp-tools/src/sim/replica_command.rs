@@ -26,7 +26,10 @@ pub fn run(args: &SimArgs, scenario: &Scenario) -> anyhow::Result<()> {
     let mut target = |sync: bool| {
         runs += 1;
         let key = format!("epp-sim:{}:{runs}", std::process::id());
-        sync.then(|| SyncTarget { url: url.clone().unwrap_or_default(), key })
+        sync.then(|| SyncTarget {
+            batch_window: args.replica_sync_batch_window,
+            ..SyncTarget::new(url.clone().unwrap_or_default(), key)
+        })
     };
     let mut fleet_rows: Vec<ReplicaReport> = Vec::new();
     let mut rate_rows: Vec<RateReport> = Vec::new();

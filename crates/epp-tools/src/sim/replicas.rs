@@ -127,6 +127,20 @@ pub struct SyncTarget {
     pub url: String,
     /// Stream key (deleted after the run).
     pub key: String,
+    /// The publishers' batch window (`--replica-sync-batch-window`).
+    pub batch_window: Duration,
+}
+
+impl SyncTarget {
+    /// A target with the default batch window.
+    pub fn new(url: impl Into<String>, key: impl Into<String>) -> Self {
+        Self { url: url.into(), key: key.into(), batch_window: epp::replica::settings::DEFAULT_BATCH_WINDOW }
+    }
+
+    /// A replica's sync settings for this target.
+    pub fn settings(&self) -> SyncSettings {
+        SyncSettings { key: self.key.clone(), batch_window: self.batch_window, ..SyncSettings::new(self.url.clone()) }
+    }
 }
 
 struct Replica {
@@ -180,7 +194,12 @@ impl Replicated {
             let registry = Registry::new();
             let sync = match sync {
                 Some(t) => {
-                    let settings = SyncSettings { key: t.key.clone(), ..SyncSettings::new(t.url.clone()) };
+                    let mut settings = t.settings();
+                    if converge {
+                        // One decision at a time, each waiting until applied: nothing to batch,
+                        // and a window would only add its length to every wait.
+                        settings.batch_window = Duration::ZERO;
+                    }
                     Some(Arc::new(ReplicaSync::new(settings, &registry)?))
                 }
                 None => None,

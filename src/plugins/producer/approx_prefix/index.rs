@@ -147,9 +147,7 @@ impl ApproxIndex {
         let removed: Vec<(EndpointId, Vec<u64>)> = {
             let mut servers = self.servers.lock().unwrap_or_else(|p| p.into_inner());
             let gone: Vec<EndpointId> = servers.keys().filter(|id| !keep(id)).cloned().collect();
-            gone.into_iter()
-                .filter_map(|id| servers.remove(&id).map(|lru| (id, lru.keys().collect())))
-                .collect()
+            gone.into_iter().filter_map(|id| servers.remove(&id).map(|lru| (id, lru.keys().collect()))).collect()
         };
         for (id, keys) in removed {
             for k in keys {

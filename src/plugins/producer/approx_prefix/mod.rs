@@ -30,7 +30,7 @@ use crate::framework::build::{BuildContext, BuildError, PluginMetrics, PluginSpe
 use crate::framework::context::SchedulingContext;
 use crate::framework::data::MatchInfo;
 use crate::framework::plugin::{PluginInstance, PluginName, PreRequest};
-use crate::framework::replica::{Origin, ReplicaHandle, SharedState, SharedUpdate};
+use crate::framework::replica::{Origin, Remote, ReplicaHandle, SharedState, SharedUpdate};
 use crate::framework::result::{HeaderEdits, SchedulingResult};
 use crate::request::InferenceRequest;
 use crate::telemetry::twin::{TwinGauge, TwinHistogram};
@@ -214,10 +214,19 @@ impl ApproxPrefixProducer {
 }
 
 impl SharedState for ApproxPrefixProducer {
-    fn apply(&self, _: Origin<'_>, update: &SharedUpdate) {
-        let SharedUpdate::PrefixRecorded { endpoint, keys } = update else { return };
-        let Some(entry) = self.endpoints.snapshot().get(endpoint).cloned() else { return };
-        self.index.add(endpoint, keys, self.capacity_of(&entry.metrics.load()));
+    fn apply(&self, origin: Origin<'_>, update: &SharedUpdate) {
+        self.apply_batch(&[Remote { origin, update }]);
+    }
+
+    /// One endpoint snapshot and one size update for the run; the index locks per update, as
+    /// a decision's own record does, so a decision never waits behind a whole run.
+    fn apply_batch(&self, updates: &[Remote<'_>]) {
+        let endpoints = self.endpoints.snapshot();
+        for remote in updates {
+            let SharedUpdate::PrefixRecorded { endpoint, keys } = remote.update else { continue };
+            let Some(entry) = endpoints.get(endpoint) else { continue };
+            self.index.add(endpoint, keys, self.capacity_of(&entry.metrics.load()));
+        }
         self.size.set(self.index.len() as f64);
     }
 }

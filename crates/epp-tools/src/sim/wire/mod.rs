@@ -36,7 +36,6 @@ use super::{Policy, PolicyReport, Scenario, engine, report, workload};
 use epp::app::{App, Settings};
 use epp::endpoints::vllm_metrics::vllm_exposition;
 use epp::kvcache::events::EventBatch;
-use epp::replica::SyncSettings;
 
 /// Bound on each setup wait (scrapes seen, subscriptions joined).
 const SETUP_WAIT: Duration = Duration::from_secs(10);
@@ -101,7 +100,7 @@ fn run_replicated(
         settings.config_text = policy.config_text(fleet.pod.block_size, true);
         settings.refresh_metrics_interval =
             Duration::from_secs_f64((fleet.scrape_interval / speed.max(1e-3)).max(0.005));
-        settings.replica_sync = sync.map(|t| SyncSettings { key: t.key.clone(), ..SyncSettings::new(t.url.clone()) });
+        settings.replica_sync = sync.map(SyncTarget::settings);
         match rt.block_on(App::start(settings)).context("starting epp") {
             Ok(app) => apps.push(app),
             Err(e) => {
