@@ -11,8 +11,8 @@
 //!   extras nil or `[{"Hash": id}, …]`.
 //! * `xxh64`: `init = XXH64(seed)`, `root = XXH64(LE64(init) ‖ LE64(len) ‖
 //!   model)`, `key = XXH64(LE64(parent) ‖ LE32(t)… ‖ (LE64(len) ‖ id)…)`.
-//! * `epp-xxh3` (epp's own, the in-memory index's default when no shared
-//!   index is configured; see `docs/kvcache.md` "Keys"): `init = XXH3(seed)`,
+//! * `epp-xxh3` (epp's own, opt-in for an in-memory index; see
+//!   `docs/kvcache.md` "Keys"): `init = XXH3(seed)`,
 //!   `root = chain(init, XXH3(model))`, `key = chain(parent, XXH3(LE32(t)… ‖
 //!   (LE64(len) ‖ id)…))` with `chain` one folded 64×64→128 multiply and
 //!   XXH3's avalanche. The content hash does not depend on the parent, so the

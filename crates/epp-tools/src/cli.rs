@@ -188,9 +188,9 @@ pub enum BenchCommand {
         /// `engine` (the hashes themselves).
         #[arg(long, value_enum, default_value_t = crate::bench::index::ReplayKeys::Request)]
         key_mode: crate::bench::index::ReplayKeys,
-        /// Request-key algorithm of `request` mode: `epp-xxh3` (the in-memory index's default),
-        /// `cbor-fnv` (llm-d's default, used with a shared Redis index) or `xxh64`.
-        #[arg(long, default_value = "epp-xxh3")]
+        /// Request-key algorithm of `request` mode: `cbor-fnv` (llm-d's, epp's default),
+        /// `epp-xxh3` (epp's faster opt-in keys) or `xxh64`.
+        #[arg(long, default_value = "cbor-fnv")]
         key_algo: epp::kvcache::RequestKeyAlgo,
     },
 }

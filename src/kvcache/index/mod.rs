@@ -101,7 +101,7 @@ pub struct IndexConfig {
 impl Default for IndexConfig {
     fn default() -> Self {
         IndexConfig {
-            key_mode: KeyMode::Request { keyer: RequestKeyer::new(RequestKeyAlgo::EppXxh3, ""), block_size: 16 },
+            key_mode: KeyMode::Request { keyer: RequestKeyer::new(RequestKeyAlgo::CborFnv, ""), block_size: 16 },
             capacity: 16 << 20,
             shards: 16,
             tier_weights: TierWeights::default(),

@@ -13,7 +13,7 @@
 //! events with tokens and parents (request keys computed, engine maps kept),
 //! removals as `BlockRemoved`, and each query's request keys are computed from
 //! its blocks' tokens (outside the timed lookup). `--key-algo` picks the
-//! request-key algorithm (`epp-xxh3`, the in-memory default; `cbor-fnv`, llm-d's). The tool guarantees every
+//! request-key algorithm (`cbor-fnv`, llm-d's and the default; `epp-xxh3`, epp's opt-in). The tool guarantees every
 //! stored parent is present, so both modes must give the expected answers.
 //! Stores and removals are timed separately (event building excluded); each
 //! lookup is timed alone. `bytes_per_entry` covers key tables and engine maps.

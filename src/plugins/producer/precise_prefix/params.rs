@@ -245,14 +245,6 @@ impl Params {
                 };
                 (KeyMode::Engine { hasher: Some(hasher.clone()), block_size }, Some(hasher), Some(drift))
             }
-            // Unset: llm-d's `cbor-fnv` keys when they are written to the shared (Redis) index,
-            // which llm-d's own indexers read too; otherwise epp's faster `epp-xxh3`, which no
-            // other program needs to reproduce (docs/kvcache.md, "Keys").
-            None if tp.hash_algorithm.is_empty() && kb.redis_config.is_none() => (
-                KeyMode::Request { keyer: RequestKeyer::new(RequestKeyAlgo::EppXxh3, &tp.hash_seed), block_size },
-                None,
-                None,
-            ),
             None => {
                 let algo: RequestKeyAlgo =
                     tp.hash_algorithm.parse().map_err(|e: crate::kvcache::keys::UnknownKeyAlgo| {
@@ -448,14 +440,15 @@ mod tests {
     }
 
     #[test]
-    fn unset_hash_algorithm_is_epp_xxh3_in_memory_and_cbor_fnv_with_redis() {
+    fn unset_hash_algorithm_is_cbor_fnv_and_epp_xxh3_is_opt_in() {
         let algo =
             |yaml: &str| match serde_yaml::from_str::<Params>(yaml).expect(yaml).derive().expect(yaml).index.key_mode {
                 KeyMode::Request { keyer, .. } => Some(keyer.algo()),
                 KeyMode::Engine { .. } => None,
             };
         let redis = "indexerConfig: {kvBlockIndexConfig: {redisConfig: {address: 'h:1'}}}";
-        assert_eq!(algo("{}"), Some(RequestKeyAlgo::EppXxh3));
+        assert_eq!(algo("{}"), Some(RequestKeyAlgo::CborFnv));
+        assert_eq!(algo("tokenProcessorConfig: {hashAlgorithm: epp-xxh3}"), Some(RequestKeyAlgo::EppXxh3));
         assert_eq!(algo(redis), Some(RequestKeyAlgo::CborFnv));
         assert_eq!(algo("tokenProcessorConfig: {hashAlgorithm: cbor-fnv}"), Some(RequestKeyAlgo::CborFnv));
         assert_eq!(algo("tokenProcessorConfig: {hashAlgorithm: xxh64}"), Some(RequestKeyAlgo::Xxh64));
