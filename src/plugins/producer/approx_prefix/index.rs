@@ -195,6 +195,21 @@ mod tests {
     }
 
     #[test]
+    fn a_retouched_key_outlives_older_ones_and_the_queue_stays_bounded() {
+        let mut lru = Lru::default();
+        let mut evicted = Vec::new();
+        assert!(lru.touch(1, 2, &mut evicted));
+        assert!(lru.touch(2, 2, &mut evicted));
+        for _ in 0..10_000 {
+            assert!(!lru.touch(1, 2, &mut evicted), "1 is held");
+        }
+        assert!(lru.order.len() <= 2 * lru.stamp_of.len() + COMPACT_SLACK, "{}", lru.order.len());
+        assert!(lru.touch(3, 2, &mut evicted));
+        assert_eq!(evicted, vec![2], "2 is the least recent, 1 was touched after it");
+        assert_eq!(lru.keys().collect::<std::collections::BTreeSet<_>>(), [1, 3].into());
+    }
+
+    #[test]
     fn retain_drops_departed_endpoints() {
         let idx = ApproxIndex::default();
         idx.add(&"a".into(), &[1], 10);
