@@ -150,8 +150,9 @@ fn request_mode_memory(max_holders: u64) {
             let (table, total) = (idx.table_bytes() as f64 / e, idx.approx_bytes() as f64 / e);
             totals.push(total);
             println!(
-                "kv_index: request-key mode holders=1-{max_holders} entries={entries} table_bytes_per_entry={table:.1} engine_map_bytes_per_entry={:.1} total_bytes_per_entry={total:.1}",
-                total - table
+                "kv_index: request-key mode holders=1-{max_holders} entries={entries} table_bytes_per_entry={table:.1} engine_map_bytes_per_entry={:.1} total_bytes_per_entry={total:.1} process_rss_mib={:.0}",
+                total - table,
+                process_rss_mib()
             );
         }
     }
@@ -185,6 +186,19 @@ criterion_group!(benches, apply_benches, lookup_benches);
 fn main() {
     benches();
     Criterion::default().configure_from_args().final_summary();
+}
+
+/// This process's resident set (`VmRSS` of `/proc/self/status`) in MiB; 0 where unreadable.
+/// Printed next to the index's own byte count: what a process holding that many entries
+/// occupies, the bench's few MiB of baseline included.
+fn process_rss_mib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let kib = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .unwrap_or(0.0);
+    kib / 1024.0
 }
 
 /// Endpoints per chain are 1..=N (env `KV_BENCH_MAX_HOLDERS`, default 3).

@@ -116,6 +116,13 @@ pub struct SimArgs {
     /// Wire mode: simulated seconds per wall second.
     #[arg(long, default_value_t = 1.0)]
     pub wire_speed: f64,
+    /// Wire mode: run each epp replica as its own `epp` OS process (the binary of
+    /// --epp-bin) instead of in this process.
+    #[arg(long, requires = "wire")]
+    pub wire_processes: bool,
+    /// With --wire-processes: the `epp` binary (default: `epp` beside this executable).
+    #[arg(long, env = "EPP_BIN", requires = "wire_processes")]
+    pub epp_bin: Option<std::path::PathBuf>,
     /// A named workload and fleet; replaces the workload, pod, rate and KV-size flags.
     #[arg(long, value_enum)]
     pub preset: Option<crate::sim::Preset>,

@@ -22,7 +22,8 @@ fn wire_mode_prefix_policies_beat_random() {
     a.qps_end = None;
     a.kv_fill = 0.9;
     let policies = [Policy::Random, Policy::Approximate, Policy::Precise];
-    let reports = epp_tools::sim::wire::run_policies(&scenario(&a), &policies, 2.0).expect("wire run");
+    let reports =
+        epp_tools::sim::wire::run_policies(&scenario(&a), &policies, 2.0, &Default::default()).expect("wire run");
     let row = |name: &str| -> &PolicyReport { reports.iter().find(|r| r.policy == name).expect("policy ran") };
     let summary = format!("{reports:#?}");
     assert!(reports.iter().all(|r| r.completed == 64), "{summary}");

@@ -84,7 +84,7 @@ pub fn sim(args: &SimArgs) -> anyhow::Result<()> {
     }
     let policies: Vec<Policy> = if args.policy.is_empty() { Policy::ALL.to_vec() } else { args.policy.clone() };
     let reports = if args.wire {
-        super::wire::run_policies(&scenario, &policies, args.wire_speed)?
+        super::wire::run_policies(&scenario, &policies, args.wire_speed, &wire_launch(args)?)?
     } else {
         run_policies(&scenario, &policies, &mut |_, _| {})?
     };
@@ -95,6 +95,15 @@ pub fn sim(args: &SimArgs) -> anyhow::Result<()> {
         print!("{}", report::table(&reports));
     }
     Ok(())
+}
+
+/// How wire mode starts epp: in this process, or (`--wire-processes`) as `epp` processes.
+pub fn wire_launch(args: &SimArgs) -> anyhow::Result<super::wire::Launch> {
+    Ok(if args.wire_processes {
+        super::wire::Launch::Processes(super::wire::process::locate_binary(args.epp_bin.as_deref())?)
+    } else {
+        super::wire::Launch::InProcess
+    })
 }
 
 /// One line describing the scenario.
@@ -148,6 +157,8 @@ pub fn demo_args(seed: u64) -> SimArgs {
         kv_sweep: false,
         wire: false,
         wire_speed: 1.0,
+        wire_processes: false,
+        epp_bin: None,
         preset: None,
         scrape_interval_ms: 50.0,
         json: false,

@@ -31,6 +31,7 @@ pub fn run(args: &SimArgs, scenario: &Scenario) -> anyhow::Result<()> {
             ..SyncTarget::new(url.clone().unwrap_or_default(), key)
         })
     };
+    let launch = super::command::wire_launch(args)?;
     let mut fleet_rows: Vec<ReplicaReport> = Vec::new();
     let mut rate_rows: Vec<RateReport> = Vec::new();
     for &policy in &policies {
@@ -43,9 +44,14 @@ pub fn run(args: &SimArgs, scenario: &Scenario) -> anyhow::Result<()> {
                         (Some(rate), _) => {
                             rate_rows.push(replicas::rate_run(scenario, policy, n, t, rate, args.decision_seconds)?)
                         }
-                        (None, true) => {
-                            fleet_rows.push(super::wire::run_replicas(scenario, policy, n, t, args.wire_speed)?)
-                        }
+                        (None, true) => fleet_rows.push(super::wire::run_replicas(
+                            scenario,
+                            policy,
+                            n,
+                            t,
+                            args.wire_speed,
+                            &launch,
+                        )?),
                         (None, false) => fleet_rows.push(replicas::run(scenario, policy, n, t)?),
                     }
                 }

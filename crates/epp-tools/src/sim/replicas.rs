@@ -264,8 +264,8 @@ impl Replicated {
 
     /// The replicas' sync metrics so far.
     pub fn sync_stats(&self) -> SyncStats {
-        let registries: Vec<&Registry> = self.replicas.iter().map(|r| &r.registry).collect();
-        sync_stats::gather(&registries)
+        let texts: Vec<String> = self.replicas.iter().map(|r| sync_stats::registry_text(&r.registry)).collect();
+        sync_stats::gather(&texts)
     }
 }
 

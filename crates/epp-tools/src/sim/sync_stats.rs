@@ -1,10 +1,11 @@
 //! What the replicas' own `epp_replica_sync_*` metrics say about a run, summed over their
-//! registries: messages sent, dropped and applied, and the publish-to-apply lag quantiles
-//! from the merged `epp_replica_sync_lag_seconds` histograms (linear within a bucket, as
-//! Prometheus' `histogram_quantile` does; the buckets are 1, 2, 5, 10, 25, 50, 100 ms, ...).
+//! Prometheus text expositions (an in-process registry encoded, or an epp process' `/metrics`):
+//! messages sent, dropped and applied, and the publish-to-apply lag quantiles from the merged
+//! `epp_replica_sync_lag_seconds` histograms (linear within a bucket, as Prometheus'
+//! `histogram_quantile` does; the buckets are 1, 2, 5, 10, 25, 50, 100 ms, ...).
 
+use epp::endpoints::prom_text::{self, Sample};
 use prometheus::Registry;
-use prometheus::proto::MetricFamily;
 
 /// Sync counters and lag of a run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
@@ -23,40 +24,41 @@ pub struct SyncStats {
     pub lag_p99_ms: f64,
 }
 
-/// Sums the sync metrics of every registry (all zero when sync was off).
-pub fn gather(registries: &[&Registry]) -> SyncStats {
-    let families: Vec<MetricFamily> = registries.iter().flat_map(|r| r.gather()).collect();
-    let counter = |name: &str, label: Option<(&str, &str)>| -> u64 {
-        families
-            .iter()
-            .filter(|f| f.name() == name)
-            .flat_map(|f| f.get_metric())
-            .filter(|m| label.is_none_or(|(k, v)| m.get_label().iter().any(|l| l.name() == k && l.value() == v)))
-            .map(|m| m.get_counter().get_value() as u64)
-            .sum()
-    };
-    // (upper bound, cumulative count) merged over the replicas.
+/// The text exposition of an in-process registry.
+pub fn registry_text(registry: &Registry) -> String {
+    prometheus::TextEncoder::new().encode_to_string(&registry.gather()).unwrap_or_default()
+}
+
+/// Sum of every sample named `name` (and carrying `labels`) over the expositions.
+pub fn sum(texts: &[String], name: &str, labels: &[(&str, &str)]) -> f64 {
+    parsed(texts, name).filter(|s| s.has_labels(labels)).map(|s| s.value).sum()
+}
+
+/// The well-formed samples named `name` of every exposition.
+fn parsed<'a>(texts: &'a [String], name: &'a str) -> impl Iterator<Item = Sample<'a>> + 'a {
+    texts.iter().flat_map(move |t| prom_text::samples_where(t, move |n| n == name).filter_map(Result::ok))
+}
+
+/// Sums the sync metrics of every exposition (all zero when sync was off).
+pub fn gather(texts: &[String]) -> SyncStats {
+    const LAG: &str = "epp_replica_sync_lag_seconds";
+    // (upper bound, cumulative count) merged over the replicas; +Inf is the sample count.
     let mut buckets: Vec<(f64, u64)> = Vec::new();
-    let mut samples = 0;
-    for h in families
-        .iter()
-        .filter(|f| f.name() == "epp_replica_sync_lag_seconds")
-        .flat_map(|f| f.get_metric())
-        .map(|m| m.get_histogram())
-    {
-        samples += h.get_sample_count();
-        for b in h.get_bucket() {
-            match buckets.iter_mut().find(|(le, _)| *le == b.upper_bound()) {
-                Some(slot) => slot.1 += b.cumulative_count(),
-                None => buckets.push((b.upper_bound(), b.cumulative_count())),
-            }
+    for b in parsed(texts, "epp_replica_sync_lag_seconds_bucket") {
+        let Some(le) = b.label("le").and_then(|le| le.parse::<f64>().ok()).filter(|le| le.is_finite()) else {
+            continue;
+        };
+        match buckets.iter_mut().find(|(bound, _)| *bound == le) {
+            Some(slot) => slot.1 += b.value as u64,
+            None => buckets.push((le, b.value as u64)),
         }
     }
     buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let samples = sum(texts, &format!("{LAG}_count"), &[]) as u64;
     SyncStats {
-        sent: counter("epp_replica_sync_messages_sent_total", None),
-        dropped: counter("epp_replica_sync_messages_dropped_total", None),
-        applied: counter("epp_replica_sync_messages_received_total", Some(("outcome", "applied"))),
+        sent: sum(texts, "epp_replica_sync_messages_sent_total", &[]) as u64,
+        dropped: sum(texts, "epp_replica_sync_messages_dropped_total", &[]) as u64,
+        applied: sum(texts, "epp_replica_sync_messages_received_total", &[("outcome", "applied")]) as u64,
         lag_samples: samples,
         lag_p50_ms: quantile(&buckets, samples, 0.50) * 1e3,
         lag_p99_ms: quantile(&buckets, samples, 0.99) * 1e3,
@@ -96,6 +98,29 @@ mod tests {
 
     #[test]
     fn registries_without_sync_read_zero() {
-        assert_eq!(gather(&[&Registry::new()]), SyncStats::default());
+        assert_eq!(gather(&[registry_text(&Registry::new())]), SyncStats::default());
+    }
+
+    #[test]
+    fn expositions_of_two_replicas_are_merged() {
+        let replica = |sent: u32, fast: u32, slow: u32| {
+            format!(
+                "# TYPE epp_replica_sync_messages_sent_total counter\n\
+                 epp_replica_sync_messages_sent_total {sent}\n\
+                 epp_replica_sync_messages_received_total{{outcome=\"applied\"}} 7\n\
+                 epp_replica_sync_messages_received_total{{outcome=\"foreign\"}} 100\n\
+                 epp_replica_sync_lag_seconds_bucket{{le=\"0.001\"}} {fast}\n\
+                 epp_replica_sync_lag_seconds_bucket{{le=\"0.01\"}} {}\n\
+                 epp_replica_sync_lag_seconds_bucket{{le=\"+Inf\"}} {}\n\
+                 epp_replica_sync_lag_seconds_count {}\n",
+                fast + slow,
+                fast + slow,
+                fast + slow
+            )
+        };
+        let stats = gather(&[replica(3, 40, 5), replica(4, 50, 5)]);
+        assert_eq!((stats.sent, stats.applied, stats.dropped, stats.lag_samples), (7, 14, 0, 100));
+        // 90 of 100 under 1 ms, 10 between 1 and 10 ms: p99 is 9.1 ms into that bucket.
+        assert!((stats.lag_p99_ms - 9.1).abs() < 1e-6, "{stats:?}");
     }
 }
