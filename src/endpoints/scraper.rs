@@ -140,8 +140,7 @@ impl Poller {
             warn!(engine, "No metric mapping for engine; endpoint will not be scraped");
             return;
         };
-        let mut ticks =
-            crate::periodic::Periodic::aligned(self.config.interval, crate::periodic::spread_key(&endpoint.id));
+        let mut ticks = crate::periodic::Periodic::new(self.config.interval);
         let mut failing = false;
         while ticks.tick(&cancel).await {
             match self.poll(&url, mapping).await {

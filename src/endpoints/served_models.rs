@@ -106,8 +106,7 @@ impl Poller {
         let endpoint = &entry.endpoint;
         let url =
             format!("http://{}{}", super::model::host_port(endpoint.address, endpoint.metrics_port), self.config.path);
-        let mut ticks =
-            crate::periodic::Periodic::aligned(self.config.interval, crate::periodic::spread_key(&endpoint.id));
+        let mut ticks = crate::periodic::Periodic::new(self.config.interval);
         let mut failing = false;
         while ticks.tick(&cancel).await {
             match self.poll(&url).await {
