@@ -153,6 +153,38 @@ async fn a_frozen_redis_never_delays_a_decision() {
     assert_eq!(route(&replicas[1], &turn(100, true), &[]).await, pod);
 }
 
+/// A slow Redis (every byte to and from it 300 ms late, through a delaying proxy: answers
+/// come, but each round trip takes 600 ms) never delays a decision, and the replicas still
+/// converge: updates arrive late, not never.
+#[tokio::test]
+async fn a_slow_redis_never_delays_a_decision_and_updates_still_arrive() {
+    let redis = RedisServer::start();
+    let delay = Duration::from_millis(300);
+    let proxy = common::delay_proxy::DelayProxy::start(([127, 0, 0, 1], redis.port).into(), delay).await;
+    let (_pods, eps) = pods().await;
+    let url = format!("redis://{}", proxy.addr);
+    let replicas = sharing_pair(&eps, &url).await;
+
+    let mut slowest = Duration::ZERO;
+    for c in 1..41 {
+        let started = tokio::time::Instant::now();
+        route(&replicas[c % 2], &turn(c, false), &[]).await;
+        slowest = slowest.max(started.elapsed());
+    }
+    // One Redis round trip takes 2 x 300 ms; a decision that waited on one would take that long.
+    assert!(slowest < delay, "a decision waited on Redis: {slowest:?}");
+
+    // Replica 0 has made 22 decisions (1 in `sharing_pair`, 20 above, this one), one
+    // prefix update each; several heartbeats are in flight on the slow path, so wait for
+    // the updates themselves.
+    let pod = route(&replicas[0], &turn(100, false), &[]).await;
+    wait_applied(&replicas[1], |a| a.prefix >= 22).await;
+    assert_eq!(route(&replicas[1], &turn(100, true), &[]).await, pod, "the slow path still converged");
+    let text = scrape(replicas[1].app.metrics_addr).await;
+    let lag = metric(&text, "epp_replica_sync_lag_seconds_sum") / metric(&text, "epp_replica_sync_lag_seconds_count");
+    assert!(lag >= delay.as_secs_f64(), "the lag shows the slow path: mean {lag} s");
+}
+
 /// Garbage, foreign versions, entries without the message field and updates for unknown
 /// plugins are counted and skipped; the valid update after them is applied.
 #[tokio::test]

@@ -24,6 +24,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use prost_types::value::Kind;
 use tokio::net::TcpListener;
+pub mod delay_proxy;
 pub mod kube;
 pub mod kv;
 pub mod netns;
