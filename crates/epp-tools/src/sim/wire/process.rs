@@ -17,6 +17,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt as _, Empty};
 
 use super::temp_file::TempFile;
+use crate::sim::replicas::SyncTarget;
 
 /// How much of the child's stderr is kept.
 const STDERR_KEPT: usize = 64 << 10;
@@ -35,7 +36,7 @@ pub struct ProcessSpec {
     /// `--refresh-metrics-interval`.
     pub refresh_metrics_interval: Duration,
     /// `--replica-sync-url`, `--replica-sync-key` and `--replica-sync-batch-window`.
-    pub sync: Option<(String, String, Duration)>,
+    pub sync: Option<SyncTarget>,
 }
 
 /// A running epp process; killed on drop.
@@ -68,10 +69,10 @@ impl EppProcess {
         if let Some(file) = &config {
             args.push(format!("--config-file={}", file.path().display()));
         }
-        if let Some((url, key, window)) = &spec.sync {
-            args.push(format!("--replica-sync-url={url}"));
-            args.push(format!("--replica-sync-key={key}"));
-            args.push(format!("--replica-sync-batch-window={}us", window.as_micros()));
+        if let Some(sync) = &spec.sync {
+            args.push(format!("--replica-sync-url={}", sync.url));
+            args.push(format!("--replica-sync-key={}", sync.key));
+            args.push(format!("--replica-sync-batch-window={}us", sync.batch_window.as_micros()));
         }
         let mut child = Command::new(&spec.binary)
             .args(&args)

@@ -62,7 +62,7 @@ impl MetricsSource {
     /// The Prometheus text exposition of the replica's metrics.
     pub async fn text(&self) -> anyhow::Result<String> {
         match self {
-            Self::Registry(registry) => Ok(prometheus::TextEncoder::new().encode_to_string(&registry.gather())?),
+            Self::Registry(registry) => Ok(crate::sim::sync_stats::registry_text(registry)),
             Self::Http(addr) => process::get(*addr, "/metrics").await,
         }
     }
@@ -93,7 +93,7 @@ impl Epp {
                     config_text: spec.config_text,
                     endpoints_file: spec.endpoints_file,
                     refresh_metrics_interval: spec.refresh_metrics_interval,
-                    sync: spec.sync.map(|t| (t.url.clone(), t.key.clone(), t.batch_window)),
+                    sync: spec.sync.cloned(),
                 })?;
                 wait_process_scraped(&mut p).await?;
                 Ok(Self::Process(p))
