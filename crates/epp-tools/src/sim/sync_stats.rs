@@ -42,9 +42,10 @@ fn parsed<'a>(texts: &'a [String], name: &'a str) -> impl Iterator<Item = Sample
 /// Sums the sync metrics of every exposition (all zero when sync was off).
 pub fn gather(texts: &[String]) -> SyncStats {
     const LAG: &str = "epp_replica_sync_lag_seconds";
-    // (upper bound, cumulative count) merged over the replicas; +Inf is the sample count.
+    // (upper bound, cumulative count) merged over the replicas; the +Inf bucket is skipped
+    // (the `_count` sample is the total).
     let mut buckets: Vec<(f64, u64)> = Vec::new();
-    for b in parsed(texts, "epp_replica_sync_lag_seconds_bucket") {
+    for b in parsed(texts, &format!("{LAG}_bucket")) {
         let Some(le) = b.label("le").and_then(|le| le.parse::<f64>().ok()).filter(|le| le.is_finite()) else {
             continue;
         };
