@@ -17,95 +17,108 @@
 //!
 //! Does not: count real tokens or apply chat templates.
 
+use std::mem::MaybeUninit;
+use std::sync::Arc;
+
 use super::openai::{ChatMessage, EmbeddingsInput, MessageContent, Prompt, ResponsesInput};
 
 /// Returns the estimate-backend token ids for `prompt`.
 ///
 /// Example: a chat with one message `{role: "user", content: "hello"}` is the byte string
 /// `userhello`, padded to 12 bytes: `[1919251317, 1819043176, 111]`.
-pub fn estimate_tokens(prompt: &Prompt) -> Vec<u32> {
-    let mut packer = Packer::with_byte_capacity(byte_len_hint(prompt));
+///
+/// The ids are written once, straight into the shared slice the scheduler keeps (a first
+/// pass counts the bytes), so a 10 KB prompt costs no intermediate `Vec` and no copy.
+pub fn estimate_tokens(prompt: &Prompt) -> Arc<[u32]> {
+    if let Prompt::TokenIds(seqs) | Prompt::Embeddings(EmbeddingsInput::TokenIds(seqs)) = prompt {
+        return filled(seqs.iter().map(Vec::len).sum(), |slots| {
+            slots.iter_mut().zip(seqs.iter().flatten()).map(|(slot, id)| slot.write(*id)).count()
+        });
+    }
+    let mut bytes = 0;
+    for_each_piece(prompt, &mut |piece| bytes += piece.len());
+    filled(bytes.div_ceil(4), |words| {
+        let mut packer = Packer::new(words);
+        for_each_piece(prompt, &mut |piece| packer.push(piece));
+        packer.finish()
+    })
+}
+
+/// A shared slice of `len` words allocated once at its final size (the scheduler keeps the
+/// ids as `Arc<[u32]>`; building a `Vec` first would copy them). `fill` writes a prefix of
+/// the slots in order and returns its length; slots past it are zeroed (none when the
+/// counting pass sized the slice right).
+fn filled(len: usize, fill: impl FnOnce(&mut [MaybeUninit<u32>]) -> usize) -> Arc<[u32]> {
+    let mut slots = Arc::<[u32]>::new_uninit_slice(len);
+    let uninit = Arc::get_mut(&mut slots).expect("a fresh Arc is unique");
+    let written = fill(uninit).min(len);
+    uninit[written..].iter_mut().for_each(|slot| {
+        slot.write(0);
+    });
+    // SAFETY: `fill` initialised the first `written` slots and the rest were zeroed above.
+    unsafe { slots.assume_init() }
+}
+
+/// Calls `visit` with each byte piece of a text prompt, in the order of the module rules
+/// (token-id prompts have none).
+fn for_each_piece(prompt: &Prompt, visit: &mut dyn FnMut(&[u8])) {
     match prompt {
-        Prompt::TokenIds(seqs) | Prompt::Embeddings(EmbeddingsInput::TokenIds(seqs)) => {
-            return seqs.concat();
-        }
         Prompt::Texts(texts) | Prompt::Embeddings(EmbeddingsInput::Texts(texts)) => {
-            texts.iter().for_each(|t| packer.push(t.as_bytes()));
+            texts.iter().for_each(|t| visit(t.as_bytes()));
         }
         Prompt::Chat(chat) => {
             if let Some(tools) = &chat.tools {
-                packer.push(tools.get().as_bytes());
+                visit(tools.get().as_bytes());
             }
-            push_messages(&mut packer, &chat.messages);
+            messages(&chat.messages, visit);
         }
         Prompt::Responses(resp) => {
             if let Some(tools) = &resp.tools {
-                packer.push(tools.get().as_bytes());
+                visit(tools.get().as_bytes());
             }
             if let Some(instructions) = &resp.instructions {
-                packer.push(instructions.as_bytes());
+                visit(instructions.as_bytes());
             }
             match &resp.input {
-                ResponsesInput::Text(text) => packer.push(text.as_bytes()),
-                ResponsesInput::Items(items) => push_messages(&mut packer, items),
+                ResponsesInput::Text(text) => visit(text.as_bytes()),
+                ResponsesInput::Items(items) => messages(items, visit),
             }
         }
-        Prompt::Conversations(items) => push_messages(&mut packer, items),
-        Prompt::None => {}
+        Prompt::Conversations(items) => messages(items, visit),
+        Prompt::TokenIds(_) | Prompt::Embeddings(EmbeddingsInput::TokenIds(_)) | Prompt::None => {}
     }
-    packer.finish()
 }
 
-fn push_messages(packer: &mut Packer, messages: &[ChatMessage]) {
+fn messages(messages: &[ChatMessage], visit: &mut dyn FnMut(&[u8])) {
     for message in messages {
-        packer.push(message.role.as_bytes());
+        visit(message.role.as_bytes());
         match &message.content {
-            MessageContent::Text(text) => packer.push(text.as_bytes()),
+            MessageContent::Text(text) => visit(text.as_bytes()),
             MessageContent::Parts(parts) => {
-                parts.iter().filter_map(|p| p.text.as_deref()).for_each(|t| packer.push(t.as_bytes()))
+                parts.iter().filter_map(|p| p.text.as_deref()).for_each(|t| visit(t.as_bytes()))
             }
             MessageContent::None => {}
         }
     }
 }
 
-/// A cheap upper-bound-ish guess of the byte length, to size the output once.
-fn byte_len_hint(prompt: &Prompt) -> usize {
-    fn messages_len(messages: &[ChatMessage]) -> usize {
-        messages
-            .iter()
-            .map(|m| {
-                m.role.len()
-                    + match &m.content {
-                        MessageContent::Text(t) => t.len(),
-                        MessageContent::Parts(p) => p.iter().filter_map(|p| p.text.as_ref()).map(String::len).sum(),
-                        MessageContent::None => 0,
-                    }
-            })
-            .sum()
-    }
-    match prompt {
-        Prompt::Texts(t) | Prompt::Embeddings(EmbeddingsInput::Texts(t)) => t.iter().map(String::len).sum(),
-        Prompt::Chat(c) => c.tools.as_ref().map_or(0, |t| t.get().len()) + messages_len(&c.messages),
-        Prompt::Conversations(items) => messages_len(items),
-        Prompt::Responses(r) => match &r.input {
-            ResponsesInput::Text(t) => t.len(),
-            ResponsesInput::Items(items) => messages_len(items),
-        },
-        Prompt::TokenIds(_) | Prompt::Embeddings(EmbeddingsInput::TokenIds(_)) | Prompt::None => 0,
-    }
-}
-
-/// Packs a byte stream into little-endian `u32` words without an intermediate buffer.
-struct Packer {
-    words: Vec<u32>,
+/// Packs a byte stream into little-endian `u32` words of a slice sized for it (bytes / 4,
+/// rounded up), without an intermediate buffer.
+struct Packer<'a> {
+    words: &'a mut [MaybeUninit<u32>],
+    filled: usize,
     carry: [u8; 4],
     carry_len: usize,
 }
 
-impl Packer {
-    fn with_byte_capacity(bytes: usize) -> Packer {
-        Packer { words: Vec::with_capacity(bytes.div_ceil(4)), carry: [0; 4], carry_len: 0 }
+impl<'a> Packer<'a> {
+    fn new(words: &'a mut [MaybeUninit<u32>]) -> Packer<'a> {
+        Packer { words, filled: 0, carry: [0; 4], carry_len: 0 }
+    }
+
+    fn put(&mut self, word: [u8; 4]) {
+        self.words[self.filled].write(u32::from_le_bytes(word));
+        self.filled += 1;
     }
 
     fn push(&mut self, mut bytes: &[u8]) {
@@ -117,22 +130,29 @@ impl Packer {
             if self.carry_len < 4 {
                 return;
             }
-            self.words.push(u32::from_le_bytes(self.carry));
+            self.put(self.carry);
             self.carry_len = 0;
         }
         let chunks = bytes.chunks_exact(4);
         let rest = chunks.remainder();
-        self.words.extend(chunks.map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])));
+        let end = self.filled + chunks.len();
+        let out = &mut self.words[self.filled..end];
+        out.iter_mut().zip(chunks).for_each(|(word, c)| {
+            word.write(u32::from_le_bytes([c[0], c[1], c[2], c[3]]));
+        });
+        self.filled = end;
         self.carry[..rest.len()].copy_from_slice(rest);
         self.carry_len = rest.len();
     }
 
-    fn finish(mut self) -> Vec<u32> {
+    /// Writes the zero-padded last word, if any; returns the number of words written.
+    fn finish(mut self) -> usize {
         if self.carry_len > 0 {
             self.carry[self.carry_len..].fill(0);
-            self.words.push(u32::from_le_bytes(self.carry));
+            self.put(self.carry);
         }
-        self.words
+        debug_assert_eq!(self.filled, self.words.len(), "the counting pass sized the slice");
+        self.filled
     }
 }
 
@@ -148,7 +168,7 @@ mod tests {
     #[test]
     fn chat_worked_example_from_reference() {
         let p = prompt(ApiKind::ChatCompletions, r#"{"model":"m","messages":[{"role":"user","content":"hello"}]}"#);
-        assert_eq!(estimate_tokens(&p), vec![1919251317, 1819043176, 111]);
+        assert_eq!(estimate_tokens(&p).to_vec(), vec![1919251317, 1819043176, 111]);
     }
 
     #[test]
@@ -158,21 +178,30 @@ mod tests {
             {"role":"assistant","content":null}]}"#;
         let expected_bytes = b"[1]abcdassistant";
         let words = estimate_tokens(&prompt(ApiKind::ChatCompletions, body));
-        assert_eq!(words, reference_pack(expected_bytes));
+        assert_eq!(words.to_vec(), reference_pack(expected_bytes));
+    }
+
+    #[test]
+    fn a_short_fill_leaves_zeroes_not_garbage() {
+        let words = filled(3, |slots| {
+            slots[0].write(7);
+            1
+        });
+        assert_eq!(words.to_vec(), vec![7, 0, 0]);
     }
 
     #[test]
     fn token_ids_pass_through_concatenated() {
         let p = prompt(ApiKind::Completions, r#"{"model":"m","prompt":[[1,2],[3]]}"#);
-        assert_eq!(estimate_tokens(&p), vec![1, 2, 3]);
+        assert_eq!(estimate_tokens(&p).to_vec(), vec![1, 2, 3]);
         let p = prompt(ApiKind::Embeddings, r#"{"model":"m","input":[7,8]}"#);
-        assert_eq!(estimate_tokens(&p), vec![7, 8]);
+        assert_eq!(estimate_tokens(&p).to_vec(), vec![7, 8]);
     }
 
     #[test]
     fn texts_exact_multiple_of_four_has_no_padding_word() {
         let p = prompt(ApiKind::Completions, r#"{"model":"m","prompt":["ab","cd"]}"#);
-        assert_eq!(estimate_tokens(&p), vec![u32::from_le_bytes(*b"abcd")]);
+        assert_eq!(estimate_tokens(&p).to_vec(), vec![u32::from_le_bytes(*b"abcd")]);
     }
 
     #[test]
@@ -180,7 +209,7 @@ mod tests {
         let body = r#"{"model":"m","instructions":"I","tools":{},"input":[
             {"role":"user","content":[{"type":"input_text","text":"hi"}]}]}"#;
         let words = estimate_tokens(&prompt(ApiKind::Responses, body));
-        assert_eq!(words, reference_pack(b"{}Iuserhi"));
+        assert_eq!(words.to_vec(), reference_pack(b"{}Iuserhi"));
     }
 
     fn reference_pack(bytes: &[u8]) -> Vec<u32> {
@@ -193,9 +222,12 @@ mod tests {
         #[test]
         fn packer_matches_reference(pieces in proptest::collection::vec(
             proptest::collection::vec(proptest::num::u8::ANY, 0..9), 0..8)) {
-            let mut packer = Packer::with_byte_capacity(0);
-            pieces.iter().for_each(|p| packer.push(p));
-            proptest::prop_assert_eq!(packer.finish(), reference_pack(&pieces.concat()));
+            let words = filled(pieces.iter().map(Vec::len).sum::<usize>().div_ceil(4), |slots| {
+                let mut packer = Packer::new(slots);
+                pieces.iter().for_each(|p| packer.push(p));
+                packer.finish()
+            });
+            proptest::prop_assert_eq!(words.to_vec(), reference_pack(&pieces.concat()));
         }
     }
 }

@@ -84,7 +84,7 @@ async fn prefetch_prefix(stage: &Stage, request: &InferenceRequest, data: &mut R
     }
     let tokens: Arc<[u32]> = match (&data.tokens, &stage.tokenizer, &request.body) {
         (Some(t), _, _) => t.clone(),
-        (None, None, Some(body)) => estimate_tokens(&body.prompt).into(),
+        (None, None, Some(body)) => estimate_tokens(&body.prompt),
         _ => return,
     };
     for step in &stage.prefetches {

@@ -2,16 +2,50 @@
 //! `llm_d_epp_*` twins): requests and errors by model, latency, sizes, tokens, running
 //! requests, plus `inference_extension_info`. Label values are bounded: model names are
 //! folded to `other` beyond a cap.
+//!
+//! Every request touches the same few series of its (model, target model) pair; they are
+//! resolved once and kept in a bounded cache, so a request costs a map lookup instead of a
+//! label fold (a lock and two `String`s) and ten `with_label_values` (SipHash of the labels
+//! and a lock each). Series are never removed, so cached handles stay the registered ones.
+
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock, RwLock};
 
 use prometheus::{IntGaugeVec, Opts, Registry};
 
 use super::labels::BoundedLabels;
 use super::twin::{
-    GENERAL_BUCKETS, OUTPUT_TOKEN_BUCKETS, TOKEN_BUCKETS, TwinCounterVec, TwinGaugeVec, TwinHistogramVec, size_buckets,
+    GENERAL_BUCKETS, OUTPUT_TOKEN_BUCKETS, TOKEN_BUCKETS, TwinCounter, TwinCounterVec, TwinGauge, TwinGaugeVec,
+    TwinHistogram, TwinHistogramVec, size_buckets,
 };
 
 /// Distinct model names kept as label values before folding to `other`.
 const MODEL_LABEL_CAP: usize = 1000;
+
+/// (model, target model) pairs whose series are cached; pairs beyond it resolve per call.
+const PAIR_CACHE_CAP: usize = 4096;
+
+type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
+/// Raw model name -> raw target model name -> the pair's series (folded labels inside).
+type PairCache = FastMap<Box<str>, FastMap<Box<str>, Arc<PairSeries>>>;
+
+/// The series of one (model, target model) pair. The histograms of finished requests are
+/// resolved on first use, so the exposition is what it was without the cache: no empty
+/// duration series while the pair's first request is in flight, no token series for a pair
+/// without usage reports.
+#[derive(Debug)]
+struct PairSeries {
+    model: String,
+    target: String,
+    requests: TwinCounter,
+    sizes: TwinHistogram,
+    duration: OnceLock<TwinHistogram>,
+    running: TwinGauge,
+    input_tokens: OnceLock<TwinHistogram>,
+    output_tokens: OnceLock<TwinHistogram>,
+    cached_tokens: OnceLock<TwinHistogram>,
+}
 
 /// Request-level metric handles.
 #[derive(Debug)]
@@ -25,6 +59,8 @@ pub struct RequestMetrics {
     cached_tokens: TwinHistogramVec,
     running: TwinGaugeVec,
     models: BoundedLabels,
+    pairs: RwLock<PairCache>,
+    cached_pairs: std::sync::atomic::AtomicUsize,
 }
 
 impl RequestMetrics {
@@ -100,7 +136,41 @@ impl RequestMetrics {
                 &["model_name"],
             )?,
             models: BoundedLabels::new(MODEL_LABEL_CAP),
+            pairs: RwLock::default(),
+            cached_pairs: std::sync::atomic::AtomicUsize::new(0),
         })
+    }
+
+    /// The series of (`model`, `target`): cached, or resolved (and cached while below the cap).
+    fn pair(&self, model: &str, target: &str) -> Arc<PairSeries> {
+        {
+            let pairs = self.pairs.read().unwrap_or_else(|p| p.into_inner());
+            if let Some(series) = pairs.get(model).and_then(|targets| targets.get(target)) {
+                return series.clone();
+            }
+        }
+        let (m, t) = (self.model_label(model), self.model_label(target));
+        let series = Arc::new(PairSeries {
+            requests: self.requests.with(&[&m, &t]),
+            sizes: self.request_sizes.with(&[&m, &t]),
+            duration: OnceLock::new(),
+            running: self.running.with(&[&m]),
+            input_tokens: OnceLock::new(),
+            output_tokens: OnceLock::new(),
+            cached_tokens: OnceLock::new(),
+            model: m,
+            target: t,
+        });
+        use std::sync::atomic::Ordering::Relaxed;
+        if self.cached_pairs.load(Relaxed) < PAIR_CACHE_CAP {
+            let mut pairs = self.pairs.write().unwrap_or_else(|p| p.into_inner());
+            let targets = pairs.entry(model.into()).or_default();
+            if !targets.contains_key(target) {
+                targets.insert(target.into(), series.clone());
+                self.cached_pairs.fetch_add(1, Relaxed);
+            }
+        }
+        series
     }
 
     /// Folds a model name to a bounded label value.
@@ -110,26 +180,30 @@ impl RequestMetrics {
 
     /// A request was scheduled.
     pub fn scheduled(&self, model: &str, target: &str, body_bytes: usize) {
-        let (m, t) = (self.model_label(model), self.model_label(target));
-        self.requests.with(&[&m, &t]).inc();
-        self.request_sizes.with(&[&m, &t]).observe(body_bytes as f64);
-        self.running.with(&[&m]).add(1.0);
+        let series = self.pair(model, target);
+        series.requests.inc();
+        series.sizes.observe(body_bytes as f64);
+        series.running.add(1.0);
     }
 
     /// A scheduled request's stream ended.
     pub fn finished(&self, model: &str, target: &str, seconds: f64, usage: Option<&crate::request::usage::Usage>) {
-        let (m, t) = (self.model_label(model), self.model_label(target));
-        self.running.with(&[&m]).add(-1.0);
-        self.duration.with(&[&m, &t]).observe(seconds);
+        let series = self.pair(model, target);
+        series.running.add(-1.0);
+        let labels = [series.model.as_str(), series.target.as_str()];
+        series.duration.get_or_init(|| self.duration.with(&labels)).observe(seconds);
         if let Some(u) = usage {
             if u.prompt_tokens > 0 {
-                self.input_tokens.with(&[&m, &t]).observe(u.prompt_tokens as f64);
+                series.input_tokens.get_or_init(|| self.input_tokens.with(&labels)).observe(u.prompt_tokens as f64);
             }
             if u.completion_tokens > 0 {
-                self.output_tokens.with(&[&m, &t]).observe(u.completion_tokens as f64);
+                series
+                    .output_tokens
+                    .get_or_init(|| self.output_tokens.with(&labels))
+                    .observe(u.completion_tokens as f64);
             }
             if let Some(c) = u.cached_tokens {
-                self.cached_tokens.with(&[&m, &t]).observe(c as f64);
+                series.cached_tokens.get_or_init(|| self.cached_tokens.with(&labels)).observe(c as f64);
             }
         }
     }
@@ -138,5 +212,49 @@ impl RequestMetrics {
     pub fn error(&self, model: &str, target: &str, code: &str) {
         let (m, t) = (self.model_label(model), self.model_label(target));
         self.errors.with(&[&m, &t, code]).inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use prometheus::Encoder;
+
+    use super::*;
+    use crate::request::usage::Usage;
+
+    fn exposition(registry: &Registry) -> String {
+        let mut out = Vec::new();
+        prometheus::TextEncoder::new().encode(&registry.gather(), &mut out).expect("encode");
+        String::from_utf8(out).expect("utf-8")
+    }
+
+    #[test]
+    fn cached_series_count_every_request_under_the_folded_labels() {
+        let registry = Registry::new();
+        let metrics = RequestMetrics::register(&registry).expect("register");
+        for _ in 0..3 {
+            metrics.scheduled("m", "", 100);
+        }
+        let usage = Usage { prompt_tokens: 7, ..Usage::default() };
+        metrics.finished("m", "", 0.5, Some(&usage));
+        let text = exposition(&registry);
+        for line in [
+            "inference_objective_request_total{model_name=\"m\",target_model_name=\"unknown\"} 3",
+            "llm_d_epp_request_total{model_name=\"m\",target_model_name=\"unknown\"} 3",
+            "inference_objective_running_requests{model_name=\"m\"} 2",
+            "inference_objective_input_tokens_sum{model_name=\"m\",target_model_name=\"unknown\"} 7",
+        ] {
+            assert!(text.contains(line), "missing {line} in\n{text}");
+        }
+        assert!(!text.contains("inference_objective_output_tokens"), "no completion tokens were reported");
+        assert!(text.contains(
+            "inference_objective_request_duration_seconds_count{model_name=\"m\",target_model_name=\"unknown\"} 1"
+        ));
+        metrics.scheduled("early", "early", 1);
+        let text = exposition(&registry);
+        assert!(
+            !text.contains("request_duration_seconds_count{model_name=\"early\""),
+            "no duration series before a request ends"
+        );
     }
 }

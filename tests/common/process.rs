@@ -25,9 +25,71 @@ pub fn free_port() -> u16 {
 pub struct EppProcess {
     child: Child,
     stderr: Arc<Mutex<String>>,
+    /// The thread copying stderr; joined after an exit so the capture is complete.
+    reader: Option<std::thread::JoinHandle<()>>,
     pub grpc: SocketAddr,
     pub health: SocketAddr,
     pub metrics: SocketAddr,
+    launch: Launch,
+    /// Restarts after a port was taken between `free_port` and epp's bind.
+    port_retries: u32,
+}
+
+/// How the process was started, to start it again on other ports.
+struct Launch {
+    netns: Option<String>,
+    bind: IpAddr,
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+}
+
+/// Restarts allowed when a free port was taken by someone else before epp bound it.
+const PORT_RETRIES: u32 = 3;
+
+impl Launch {
+    /// Starts epp on three fresh free ports: the child, its captured stderr, and the gRPC,
+    /// health and metrics addresses.
+    fn start(&self) -> (Child, Arc<Mutex<String>>, std::thread::JoinHandle<()>, [SocketAddr; 3]) {
+        let ports = [free_port(), free_port(), free_port()];
+        let mut all = self.args.clone();
+        all.extend([
+            format!("--grpc-port={}", ports[0]),
+            format!("--grpc-health-port={}", ports[1]),
+            format!("--metrics-port={}", ports[2]),
+            format!("--bind-address={}", self.bind),
+        ]);
+        // `option_env!`: crates/epp-tools' tests include these helpers too and have no `epp`
+        // binary of their own (they never start one this way; `epp` on PATH would be used).
+        let binary = option_env!("CARGO_BIN_EXE_epp").unwrap_or("epp");
+        let mut command = match &self.netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, binary]);
+                c
+            }
+            None => Command::new(binary),
+        };
+        command.args(&all).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
+        command.env_remove("RUST_LOG").env_remove("KUBECONFIG").env_remove("NAMESPACE");
+        for (k, v) in &self.env {
+            command.env(k, v);
+        }
+        let mut child = command.spawn().expect("spawn epp");
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let mut pipe = child.stderr.take().expect("stderr");
+        let sink = stderr.clone();
+        let reader = std::thread::spawn(move || {
+            use std::io::Read;
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = pipe.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+        (child, stderr, reader, ports.map(|port| SocketAddr::new(self.bind, port)))
+    }
 }
 
 impl EppProcess {
@@ -40,46 +102,33 @@ impl EppProcess {
     /// [`EppProcess::spawn`] inside network namespace `netns` (`ip netns exec`, which execs:
     /// the child is epp itself) when given, bound to `bind` (an address of that namespace).
     pub fn spawn_in(netns: Option<&str>, bind: IpAddr, args: &[String], env: &[(&str, &str)]) -> Self {
-        let (grpc, health, metrics) = (free_port(), free_port(), free_port());
-        let mut all = args.to_vec();
-        all.extend([
-            format!("--grpc-port={grpc}"),
-            format!("--grpc-health-port={health}"),
-            format!("--metrics-port={metrics}"),
-            format!("--bind-address={bind}"),
-        ]);
-        // `option_env!`: crates/epp-tools' tests include these helpers too and have no `epp`
-        // binary of their own (they never start one this way; `epp` on PATH would be used).
-        let binary = option_env!("CARGO_BIN_EXE_epp").unwrap_or("epp");
-        let mut command = match netns {
-            Some(ns) => {
-                let mut c = Command::new("ip");
-                c.args(["netns", "exec", ns, binary]);
-                c
-            }
-            None => Command::new(binary),
+        let launch = Launch {
+            netns: netns.map(str::to_string),
+            bind,
+            args: args.to_vec(),
+            env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
         };
-        command.args(&all).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
-        command.env_remove("RUST_LOG").env_remove("KUBECONFIG").env_remove("NAMESPACE");
-        for (k, v) in env {
-            command.env(k, v);
+        let (child, stderr, reader, [grpc, health, metrics]) = launch.start();
+        Self { child, stderr, reader: Some(reader), grpc, health, metrics, launch, port_retries: 0 }
+    }
+
+    /// After an early exit: true, with the process started again on fresh ports, when epp
+    /// could not bind because something else took one of its free ports first (a free port
+    /// is only free until another test's listener or an outgoing connection takes it).
+    fn restarted_after_port_clash(&mut self) -> bool {
+        // The process has exited: its stderr reaches EOF, so the capture completes.
+        if let Some(reader) = self.reader.take() {
+            let _ = reader.join();
         }
-        let mut child = command.spawn().expect("spawn epp");
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let mut pipe = child.stderr.take().expect("stderr");
-        let sink = stderr.clone();
-        std::thread::spawn(move || {
-            use std::io::Read;
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = pipe.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                sink.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
-            }
-        });
-        let at = |port| SocketAddr::new(bind, port);
-        Self { child, stderr, grpc: at(grpc), health: at(health), metrics: at(metrics) }
+        if self.port_retries >= PORT_RETRIES || !self.stderr().contains("Address already in use") {
+            return false;
+        }
+        self.port_retries += 1;
+        let _ = self.child.wait();
+        let (child, stderr, reader, [grpc, health, metrics]) = self.launch.start();
+        (self.child, self.stderr, self.grpc, self.health, self.metrics) = (child, stderr, grpc, health, metrics);
+        self.reader = Some(reader);
+        true
     }
 
     /// Everything written to stderr so far.
@@ -114,13 +163,16 @@ impl EppProcess {
     /// A health client (plaintext), connecting within [`WAIT`] (the process may still be
     /// starting).
     pub async fn health_client(&mut self) -> HealthClient<Channel> {
-        let endpoint = Endpoint::from_shared(format!("http://{}", self.health)).unwrap();
         let deadline = Instant::now() + WAIT;
         loop {
+            let endpoint = Endpoint::from_shared(format!("http://{}", self.health)).unwrap();
             match endpoint.connect().await {
                 Ok(channel) => return HealthClient::new(channel),
                 Err(error) => {
                     if let Some(status) = self.child.try_wait().unwrap() {
+                        if self.restarted_after_port_clash() {
+                            continue;
+                        }
                         panic!("epp exited ({status}) before serving health:\n{}", self.stderr());
                     }
                     assert!(Instant::now() < deadline, "health port not up: {error}\n{}", self.stderr());

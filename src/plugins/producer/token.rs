@@ -224,7 +224,7 @@ impl DataProducer for TokenProducer {
         match self {
             TokenProducer::Estimate => {
                 if let Some(body) = &request.body {
-                    data.tokens = Some(estimate_tokens(&body.prompt).into());
+                    data.tokens = Some(estimate_tokens(&body.prompt));
                 }
             }
             // Phase 1 (`scheduling::stage`) already wrote the ids, or the step missed.
