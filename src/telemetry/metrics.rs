@@ -217,15 +217,11 @@ impl RequestMetrics {
 
 #[cfg(test)]
 mod tests {
-    use prometheus::Encoder;
-
     use super::*;
     use crate::request::usage::Usage;
 
     fn exposition(registry: &Registry) -> String {
-        let mut out = Vec::new();
-        prometheus::TextEncoder::new().encode(&registry.gather(), &mut out).expect("encode");
-        String::from_utf8(out).expect("utf-8")
+        prometheus::TextEncoder::new().encode_to_string(&registry.gather()).expect("encode")
     }
 
     #[test]
@@ -238,18 +234,17 @@ mod tests {
         let usage = Usage { prompt_tokens: 7, ..Usage::default() };
         metrics.finished("m", "", 0.5, Some(&usage));
         let text = exposition(&registry);
-        for line in [
-            "inference_objective_request_total{model_name=\"m\",target_model_name=\"unknown\"} 3",
-            "llm_d_epp_request_total{model_name=\"m\",target_model_name=\"unknown\"} 3",
-            "inference_objective_running_requests{model_name=\"m\"} 2",
-            "inference_objective_input_tokens_sum{model_name=\"m\",target_model_name=\"unknown\"} 7",
-        ] {
-            assert!(text.contains(line), "missing {line} in\n{text}");
-        }
+        let pair = "{model_name=\"m\",target_model_name=\"unknown\"}";
+        let expected = [
+            format!("inference_objective_request_total{pair} 3"),
+            format!("llm_d_epp_request_total{pair} 3"),
+            "inference_objective_running_requests{model_name=\"m\"} 2".to_string(),
+            format!("inference_objective_input_tokens_sum{pair} 7"),
+            format!("inference_objective_request_duration_seconds_count{pair} 1"),
+        ];
+        let missing: Vec<&String> = expected.iter().filter(|line| !text.contains(line.as_str())).collect();
+        assert!(missing.is_empty(), "missing {missing:?} in\n{text}");
         assert!(!text.contains("inference_objective_output_tokens"), "no completion tokens were reported");
-        assert!(text.contains(
-            "inference_objective_request_duration_seconds_count{model_name=\"m\",target_model_name=\"unknown\"} 1"
-        ));
         metrics.scheduled("early", "early", 1);
         let text = exposition(&registry);
         assert!(
