@@ -30,12 +30,13 @@ fn field<'a>(row: &'a Value, path: &str) -> &'a Value {
     path.split('.').fold(row, |v, k| &v[k])
 }
 
-#[test]
-fn two_synced_replicas_hit_the_cache_more_than_two_unsynced_ones() {
+/// One `sim --replicas=1,2` run per seed: each row's fields are checked, and the hit rates
+/// (1 replica, 2 unsynced, 2 synced) returned for the comparison over all seeds.
+fn replica_rows(seed: u64) -> [f64; 3] {
     let out = Command::new(env!("CARGO_BIN_EXE_epp-tools"))
         .arg("sim")
         .args(MULTI_TURN)
-        .args(["--replicas=1,2", "--replica-sync=auto", "--json"])
+        .args(["--replicas=1,2", "--replica-sync=auto", "--json", &format!("--seed={seed}")])
         .output()
         .expect("epp-tools runs");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -63,9 +64,6 @@ fn two_synced_replicas_hit_the_cache_more_than_two_unsynced_ones() {
             assert!(field(r, f).is_number(), "{f} missing: {summary}");
         }
     }
-    let hit = |n, sync| field(row(n, sync), "run.hit_rate").as_f64().expect("hit rate");
-    assert!(hit(2, true) > hit(2, false) + 0.05, "sync raises two replicas' hit rate: {summary}");
-    assert!((hit(2, true) - hit(1, false)).abs() <= 0.02, "two synced replicas route as one: {summary}");
     let synced = row(2, true);
     assert!(field(synced, "sync_stats.sent").as_u64() >= Some(128), "one prefix update per decision: {summary}");
     assert!(field(synced, "sync_stats.applied").as_u64() >= Some(128), "each applied the other's: {summary}");
@@ -73,6 +71,19 @@ fn two_synced_replicas_hit_the_cache_more_than_two_unsynced_ones() {
     assert!(field(synced, "sync_stats.lag_p99_ms").as_f64() > Some(0.0), "lag measured: {summary}");
     assert!(field(synced, "redis.stream_entries").as_u64() >= Some(128), "{summary}");
     assert!(row(2, false)["redis"].is_null() && field(row(2, false), "sync_stats.sent") == 0, "{summary}");
+    let hit = |n, sync| field(row(n, sync), "run.hit_rate").as_f64().expect("hit rate");
+    [hit(1, false), hit(2, false), hit(2, true)]
+}
+
+/// 128 requests over 4 pods: which pod an idle group lands on is a random tie-break, worth a
+/// few points of hit rate in one run, so the comparison is over the mean of three seeds.
+#[test]
+fn two_synced_replicas_hit_the_cache_more_than_two_unsynced_ones() {
+    let runs: Vec<[f64; 3]> = (1..=3).map(replica_rows).collect();
+    let mean = |i: usize| runs.iter().map(|r| r[i]).sum::<f64>() / runs.len() as f64;
+    let (one, unsynced, synced) = (mean(0), mean(1), mean(2));
+    assert!(synced > unsynced + 0.05, "sync raises two replicas' hit rate: {runs:?}");
+    assert!((synced - one).abs() <= 0.02, "two synced replicas route as one: {runs:?}");
 }
 
 #[test]
