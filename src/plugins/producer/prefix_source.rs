@@ -5,12 +5,11 @@
 //! the process answered before the decision (`RequestData::prefetched_prefix`); its answer is
 //! narrowed to the candidates here instead of looking up again.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::endpoints::model::{Candidate, EndpointId};
+use crate::endpoints::model::Candidate;
 use crate::framework::context::DataKey;
-use crate::framework::data::{MatchInfo, PrefixMatches, RequestData};
+use crate::framework::data::{EndpointMatches, PrefixMatches, RequestData};
 use crate::framework::plugin::{DataProducer, PluginName};
 use crate::request::InferenceRequest;
 
@@ -21,7 +20,7 @@ pub trait PrefixSource: Send + Sync + std::fmt::Debug {
     /// Block size used for this request, and the prompt's block keys.
     fn prompt_keys(&self, request: &InferenceRequest, tokens: &[u32], candidates: &[Candidate]) -> (usize, Vec<u64>);
     /// Per endpoint, how much of `keys` it holds (endpoints holding nothing may be absent).
-    fn lookup(&self, keys: &[u64], candidates: &[Candidate]) -> HashMap<EndpointId, MatchInfo>;
+    fn lookup(&self, keys: &[u64], candidates: &[Candidate]) -> EndpointMatches;
 }
 
 impl<T: PrefixSource> DataProducer for T {

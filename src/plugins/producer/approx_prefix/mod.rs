@@ -17,18 +17,17 @@
 pub mod hashing;
 pub mod index;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Deserialize;
 
 use super::prefix_source::PrefixSource;
-use crate::endpoints::model::{Candidate, EndpointId, MetricsState};
+use crate::endpoints::model::{Candidate, MetricsState};
 use crate::endpoints::store::EndpointStore;
 use crate::framework::build::{BuildContext, BuildError, PluginMetrics, PluginSpec, decode_params};
 use crate::framework::context::SchedulingContext;
-use crate::framework::data::MatchInfo;
+use crate::framework::data::{EndpointMatches, MatchInfo};
 use crate::framework::plugin::{PluginInstance, PluginName, PreRequest};
 use crate::framework::replica::{Origin, Remote, ReplicaHandle, SharedState, SharedUpdate};
 use crate::framework::result::{HeaderEdits, SchedulingResult};
@@ -178,7 +177,7 @@ impl PrefixSource for ApproxPrefixProducer {
         (block_size, hashing::block_keys(&request.target_model, salt, tokens, block_size, self.max_blocks(block_size)))
     }
 
-    fn lookup(&self, keys: &[u64], _: &[Candidate]) -> HashMap<EndpointId, MatchInfo> {
+    fn lookup(&self, keys: &[u64], _: &[Candidate]) -> EndpointMatches {
         let counts = self.index.match_counts(keys);
         counts.into_iter().map(|(id, n)| (id, MatchInfo { match_blocks: n, weighted_blocks: n as f64 })).collect()
     }

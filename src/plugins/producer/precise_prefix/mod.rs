@@ -21,7 +21,7 @@
 
 pub mod params;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
 use std::time::Instant;
@@ -29,11 +29,11 @@ use std::time::Instant;
 use tokio::sync::watch;
 
 use super::prefix_source::PrefixSource;
-use crate::endpoints::model::{Candidate, EndpointId};
+use crate::endpoints::model::Candidate;
 use crate::endpoints::store::EndpointStore;
 use crate::framework::build::{BuildContext, BuildError, PluginSpec, decode_params};
 use crate::framework::context::SchedulingContext;
-use crate::framework::data::{MatchInfo, PrefixMatches};
+use crate::framework::data::{EndpointMatches, MatchInfo, PrefixMatches};
 use crate::framework::plugin::{
     BackgroundService, PluginInstance, PluginName, PreRequest, PrefixPrefetch, ServiceContext, ServiceFuture,
     ServiceStartError,
@@ -232,7 +232,7 @@ impl PrefixSource for PrecisePrefixProducer {
         (self.derived.block_size, self.keys(request, tokens))
     }
 
-    fn lookup(&self, keys: &[u64], candidates: &[Candidate]) -> HashMap<EndpointId, MatchInfo> {
+    fn lookup(&self, keys: &[u64], candidates: &[Candidate]) -> EndpointMatches {
         let wanted: HashSet<&str> = candidates.iter().map(|c| &*c.endpoint.id).collect();
         self.metrics
             .timed_lookup(&self.index, keys)
