@@ -23,6 +23,8 @@ use super::twin::{
 const MODEL_LABEL_CAP: usize = 1000;
 
 /// (model, target model) pairs whose series are cached; pairs beyond it resolve per call.
+/// Model names are client input (at most `MAX_MODEL_NAME_BYTES`, 1 KiB, each), so the cache
+/// holds at most about 4,096 x 2.5 KiB = 10 MiB whatever the clients send.
 const PAIR_CACHE_CAP: usize = 4096;
 
 type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
@@ -251,5 +253,24 @@ mod tests {
             !text.contains("request_duration_seconds_count{model_name=\"early\""),
             "no duration series before a request ends"
         );
+    }
+
+    #[test]
+    fn pairs_past_the_cache_cap_still_count() {
+        let registry = Registry::new();
+        let metrics = RequestMetrics::register(&registry).expect("register");
+        let models = PAIR_CACHE_CAP + 4;
+        for i in 0..models {
+            metrics.scheduled(&format!("m{i}"), "", 1);
+        }
+        assert_eq!(metrics.cached_pairs.load(std::sync::atomic::Ordering::Relaxed), PAIR_CACHE_CAP);
+        metrics.scheduled(&format!("m{}", models - 1), "", 1);
+        // m0, "unknown" and m1..m998 took the 1,000 label values; every later model is `other`
+        // (and the last one twice).
+        let folded = models - (MODEL_LABEL_CAP - 1) + 1;
+        let text = exposition(&registry);
+        let line =
+            format!("inference_objective_request_total{{model_name=\"other\",target_model_name=\"unknown\"}} {folded}");
+        assert!(text.contains(&line), "missing {line}");
     }
 }
