@@ -11,7 +11,7 @@
 //!   extras nil or `[{"Hash": id}, …]`.
 //! * `xxh64`: `init = XXH64(seed)`, `root = XXH64(LE64(init) ‖ LE64(len) ‖
 //!   model)`, `key = XXH64(LE64(parent) ‖ LE32(t)… ‖ (LE64(len) ‖ id)…)`.
-//! * `epp-xxh3` (epp's own, opt-in for an in-memory index; see
+//! * `epp-xxh3` (epp's own, the default for an in-memory index; see
 //!   `docs/kvcache.md` "Keys"): `init = XXH3(seed)`,
 //!   `root = chain(init, XXH3(model))`, `key = chain(parent, XXH3(LE32(t)… ‖
 //!   (LE64(len) ‖ id)…))` with `chain` one folded 64×64→128 multiply and
@@ -173,8 +173,8 @@ pub struct UnknownKeyAlgo(pub String);
 
 impl FromStr for RequestKeyAlgo {
     type Err = UnknownKeyAlgo;
-    /// `""` is llm-d's default, `cbor-fnv`; the plugin picks `epp-xxh3` for an
-    /// unset `hashAlgorithm` itself when no shared index is configured.
+    /// `""` is llm-d's default, `cbor-fnv`; the plugin itself picks `epp-xxh3`
+    /// for an unset `hashAlgorithm` when no shared index is configured.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "" | "cbor-fnv" => Ok(RequestKeyAlgo::CborFnv),

@@ -13,7 +13,7 @@
 //! * [`decode`]: vLLM msgpack batch -> events, every encoding 0.10–0.33 (pure).
 //! * [`hashing`]: vLLM's own block hashing (sha256, sha256_cbor, xxhash,
 //!   xxhash_cbor; NONE_HASH by version; u64 form) for the engine-key mode and drift.
-//! * [`keys`]: epp's request keys (`cbor-fnv` / `xxh64`, model or LoRA in the
+//! * [`keys`]: epp's request keys (`epp-xxh3` / `cbor-fnv` / `xxh64`, model or LoRA in the
 //!   root) and the engine -> request block alignment.
 //! * [`index`]: sharded prefix index, event application, engine-hash mapping.
 //! * [`sink`]: where workers apply events (in-memory or Redis index).

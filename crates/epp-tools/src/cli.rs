@@ -195,9 +195,9 @@ pub enum BenchCommand {
         /// `engine` (the hashes themselves).
         #[arg(long, value_enum, default_value_t = crate::bench::index::ReplayKeys::Request)]
         key_mode: crate::bench::index::ReplayKeys,
-        /// Request-key algorithm of `request` mode: `cbor-fnv` (llm-d's, epp's default),
-        /// `epp-xxh3` (epp's faster opt-in keys) or `xxh64`.
-        #[arg(long, default_value = "cbor-fnv")]
+        /// Request-key algorithm of `request` mode: `epp-xxh3` (epp's default for an
+        /// in-memory index), `cbor-fnv` (llm-d's, the default with a Redis index) or `xxh64`.
+        #[arg(long, default_value = "epp-xxh3")]
         key_algo: epp::kvcache::RequestKeyAlgo,
     },
 }

@@ -18,7 +18,7 @@
 
 use super::engine_map::EngineMap;
 use super::holder::EndpointId;
-use super::table::{AddMode, RemoveMode, key_ref};
+use super::table::{AddMode, KeyRef, RemoveMode, key_ref};
 use super::{KeyMode, PrefixIndex};
 use crate::kvcache::events::{BlockRemoved, BlockStored, EventBatch, EventKind, ExtraKey, KvEvent};
 use crate::kvcache::keys::align_blocks;
@@ -247,7 +247,7 @@ impl PrefixIndex {
             }
         }
         for (h, keys) in hashes.iter().zip(&per_engine) {
-            let refs: Vec<u32> = keys.iter().map(|k| key_ref(*k)).collect();
+            let refs: Vec<KeyRef> = keys.iter().map(|k| key_ref(*k)).collect();
             if map.hold(*h, &refs, tier, cap) {
                 keys.iter().for_each(|k| self.add(*k, ep, tier, AddMode::Counted));
             }

@@ -39,7 +39,7 @@ use dashmap::DashMap;
 use self::engine_map::EngineMap;
 use self::holder::EndpointId;
 use self::registry::Registry;
-use self::table::{RefMatch, Table, key_ref};
+use self::table::{KeyRef, RefMatch, Table, key_order, ref_order};
 use super::events::Tier;
 use super::hashing::VllmHasher;
 use super::keys::{RequestKeyAlgo, RequestKeyer};
@@ -175,14 +175,14 @@ impl PrefixIndex {
     }
 
     fn shard_index(&self, key: u64) -> usize {
-        self.shard_of_ref(key_ref(key))
+        self.shard_of_order(key_order(key))
     }
 
-    /// The shard of every key with reference `kref`: its low bits, which are
-    /// independent of the in-table position (the top bits of the same product)
+    /// The shard of every key of order `order`: its low bits, which are
+    /// independent of the in-table position (the top bits of the same order)
     /// while a shard has fewer than `2^(32 - log2 shards)` buckets.
-    fn shard_of_ref(&self, kref: u32) -> usize {
-        kref as usize & self.shard_mask
+    fn shard_of_order(&self, order: u32) -> usize {
+        order as usize & self.shard_mask
     }
 
     fn shard(&self, key: u64) -> &Shard {
@@ -196,8 +196,8 @@ impl PrefixIndex {
 
     /// The key with reference `kref` that `(ep, tier)` holds, when exactly one
     /// does (an ambiguous reference is counted and resolves to nothing).
-    fn resolve_ref(&self, kref: u32, ep: EndpointId, tier: u8) -> Option<u64> {
-        match read(&self.shards[self.shard_of_ref(kref)].table).resolve_ref(kref, ep, tier) {
+    fn resolve_ref(&self, kref: KeyRef, ep: EndpointId, tier: u8) -> Option<u64> {
+        match read(&self.shards[self.shard_of_order(ref_order(kref))].table).resolve_ref(kref, ep, tier) {
             RefMatch::One(k) => Some(k),
             RefMatch::None => None,
             RefMatch::Ambiguous => {
@@ -269,9 +269,10 @@ impl PrefixIndex {
         if read(&self.shard(*first).table).slot_of(*first) == 0 {
             return Vec::new();
         }
-        let shard_of: Vec<usize> = keys.iter().map(|k| self.shard_index(*k)).collect();
+        // The shard of a key is a multiply and a mask: computed twice rather than kept.
         let mut wanted = [0u64; MAX_SHARDS / 64];
-        for s in &shard_of {
+        for k in keys {
+            let s = self.shard_index(*k);
             wanted[s / 64] |= 1 << (s % 64);
         }
         let mut guards: Vec<Option<RwLockReadGuard<'_, Table>>> = Vec::with_capacity(self.shards.len());
@@ -279,19 +280,19 @@ impl PrefixIndex {
             // Ascending shard order.
             guards.push((wanted[s / 64] >> (s % 64) & 1 == 1).then(|| read(&shard.table)));
         }
-        let tables: Vec<&Table> = shard_of.iter().filter_map(|s| guards[*s].as_deref()).collect();
+        let mut tables: Vec<&Table> = Vec::with_capacity(keys.len());
+        tables.extend(keys.iter().filter_map(|k| guards[self.shard_index(*k)].as_deref()));
         let runs = runs::longest_runs(keys, &tables, &self.config.tier_weights);
         drop(tables);
         drop(guards);
         let reg = read(&self.registry);
         let w = &self.config.tier_weights;
-        runs.into_iter()
-            .filter(|r| r.blocks > 0)
-            .filter_map(|r| {
-                let weighted = r.weighted(w);
-                reg.name(r.ep).map(|n| EndpointMatch { endpoint: n.clone(), blocks: r.blocks, weighted })
-            })
-            .collect()
+        let mut out = Vec::with_capacity(runs.len());
+        out.extend(runs.into_iter().filter(|r| r.blocks > 0).filter_map(|r| {
+            let weighted = r.weighted(w);
+            reg.name(r.ep).map(|n| EndpointMatch { endpoint: n.clone(), blocks: r.blocks, weighted })
+        }));
+        out
     }
 
     /// Number of `(key, endpoint, tier)` entries.

@@ -88,10 +88,16 @@ struct Tracker<'a> {
 impl<'a> Tracker<'a> {
     /// Candidates from the holders of key 0 (each endpoint once).
     fn start(w: &'a TierWeights, table: &Table, slot: u64) -> Self {
+        // A first pass sizes the buffers, so each is allocated once.
+        let (mut holders, mut top) = (0, 0);
+        table.for_each_in_slot(slot, |h| {
+            holders += 1;
+            top = top.max(usize::from(holder::endpoint(h)));
+        });
         let mut t = Tracker {
             w,
-            runs: Vec::new(),
-            cand_of_ep: Vec::new(),
+            runs: Vec::with_capacity(holders),
+            cand_of_ep: vec![0; top + 1],
             live: Vec::new(),
             held: Vec::new(),
             held_tiers: 0,
@@ -100,9 +106,6 @@ impl<'a> Tracker<'a> {
         };
         table.for_each_in_slot(slot, |h| {
             let e = usize::from(holder::endpoint(h));
-            if e >= t.cand_of_ep.len() {
-                t.cand_of_ep.resize(e + 1, 0);
-            }
             if t.cand_of_ep[e] == 0 {
                 t.runs.push(Run { ep: holder::endpoint(h), blocks: 0, per_tier: [0; Tier::COUNT] });
                 t.cand_of_ep[e] = t.runs.len() as u32;

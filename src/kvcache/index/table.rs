@@ -2,11 +2,11 @@
 //!
 //! Buckets are `(key, slot)` pairs of two `u64` (16 bytes, four per cache
 //! line), key `0` marks an empty bucket (a real key 0 lives in a side slot).
-//! A key's home is `key_ref(key) · n >> 32` for `n` home buckets (any count),
-//! monotone in the reference, and every run of occupied buckets is kept sorted
-//! by reference, with no wrap-around (runs may spill into a few slack buckets
+//! A key's home is `key_order(key) · n >> 32` for `n` home buckets (any count),
+//! monotone in the order, and every run of occupied buckets is kept sorted
+//! by order, with no wrap-around (runs may spill into a few slack buckets
 //! past the last home). So the whole array is sorted, a search stops at the
-//! first larger reference (a miss costs little even in long runs), deletion
+//! first larger order (a miss costs little even in long runs), deletion
 //! shifts the run back (no tombstones), and growth is one linear merge. That
 //! allows an 88 % maximum load with growth by 15 % (load 77-88 %, not the
 //! 40-80 % of a doubling table at 80 %). A slot holds up to two
@@ -37,17 +37,37 @@ pub fn prefetch<T>(at: *const T) {
 
 const SPREAD: u64 = 0x9E37_79B9_7F4A_7C15;
 
-/// A key's 32-bit reference: the top half of its product with a
+/// A key's 32-bit order: the top half of its product with a
 /// multiplicative-hash constant. Its high bits give the key's home bucket
 /// ([`bucket_of`]) and its low bits the key's shard, so it names where the key
-/// lives; engine maps store it instead of the key.
-pub fn key_ref(key: u64) -> u32 {
+/// lives; tables keep keys sorted by it.
+pub fn key_order(key: u64) -> u32 {
     (key.wrapping_mul(SPREAD) >> 32) as u32
 }
 
-/// Home bucket of reference `kref` in a table of `n` buckets (any `n` < 2^32).
-pub fn bucket_of(kref: u32, n: usize) -> usize {
-    ((u64::from(kref) * n as u64) >> 32) as usize
+/// Bits of a [`KeyRef`].
+pub const REF_BITS: u32 = 40;
+
+/// A key's reference (engine maps store it instead of the key): the top
+/// [`REF_BITS`] bits of the same product, so its top 32 bits are the key's
+/// [`key_order`] (where to look) and the 8 below tell apart keys of one
+/// order. Two keys one source holds can still share a reference (about
+/// n²/2⁴¹ such pairs for n keys held), which `RefMatch::Ambiguous` covers.
+pub type KeyRef = u64;
+
+/// The [`KeyRef`] of `key`.
+pub fn key_ref(key: u64) -> KeyRef {
+    key.wrapping_mul(SPREAD) >> (64 - REF_BITS)
+}
+
+/// The [`key_order`] of the keys with reference `kref`.
+pub fn ref_order(kref: KeyRef) -> u32 {
+    (kref >> (REF_BITS - 32)) as u32
+}
+
+/// Home bucket of order `order` in a table of `n` buckets (any `n` < 2^32).
+pub fn bucket_of(order: u32, n: usize) -> usize {
+    ((u64::from(order) * n as u64) >> 32) as usize
 }
 
 /// Home buckets after `n`: 15 % more, so loads stay within 77-88 %. Not
@@ -149,19 +169,19 @@ impl Table {
     }
 
     fn home(&self, key: u64) -> usize {
-        bucket_of(key_ref(key), self.homes)
+        bucket_of(key_order(key), self.homes)
     }
 
     /// Where `key` is, or (`Err`) where it belongs: the first bucket from its
-    /// home that is empty or holds a larger reference (`Err(len)` past the end).
+    /// home that is empty or holds a larger order (`Err(len)` past the end).
     fn seek(&self, key: u64) -> Result<usize, usize> {
-        let kref = key_ref(key);
-        let mut i = bucket_of(kref, self.homes);
+        let order = key_order(key);
+        let mut i = bucket_of(order, self.homes);
         while let Some(&[k, _]) = self.buckets.get(i) {
             if k == key {
                 return Ok(i);
             }
-            if k == 0 || key_ref(k) > kref {
+            if k == 0 || key_order(k) > order {
                 return Err(i);
             }
             i += 1;
@@ -233,9 +253,9 @@ impl Table {
     }
 
     /// Calls `f` with each key whose [`key_ref`] is `kref` and that holder
-    /// `(ep, tier)` holds. They all sit in the cluster starting at the home
-    /// bucket the reference names.
-    fn for_each_by_ref(&self, kref: u32, ep: EndpointId, tier: u8, mut f: impl FnMut(u64)) {
+    /// `(ep, tier)` holds. They all sit among the keys of the reference's
+    /// order, which are adjacent from that order's home bucket on.
+    fn for_each_by_ref(&self, kref: KeyRef, ep: EndpointId, tier: u8, mut f: impl FnMut(u64)) {
         let id = holder::identity(holder::pack(ep, tier));
         let held = |slot: u64| {
             let mut found = false;
@@ -245,9 +265,10 @@ impl Table {
         if kref == key_ref(0) && held(self.zero) {
             f(0);
         }
-        let mut i = bucket_of(kref, self.homes);
+        let order = ref_order(kref);
+        let mut i = bucket_of(order, self.homes);
         while let Some(&[k, slot]) = self.buckets.get(i) {
-            if k == 0 || key_ref(k) > kref {
+            if k == 0 || key_order(k) > order {
                 return;
             }
             if key_ref(k) == kref && held(slot) {
@@ -258,7 +279,7 @@ impl Table {
     }
 
     /// Resolves a key reference for holder `(ep, tier)`.
-    pub fn resolve_ref(&self, kref: u32, ep: EndpointId, tier: u8) -> RefMatch {
+    pub fn resolve_ref(&self, kref: KeyRef, ep: EndpointId, tier: u8) -> RefMatch {
         let mut m = RefMatch::None;
         self.for_each_by_ref(kref, ep, tier, |k| {
             m = if m == RefMatch::None { RefMatch::One(k) } else { RefMatch::Ambiguous };
@@ -269,7 +290,7 @@ impl Table {
     /// Drops one reference of holder `(ep, tier)` from every key with
     /// reference `kref` (normally one; all of them when ambiguous, so nothing
     /// stays held that should not). Returns how many keys matched.
-    pub fn release_ref(&mut self, kref: u32, ep: EndpointId, tier: u8) -> usize {
+    pub fn release_ref(&mut self, kref: KeyRef, ep: EndpointId, tier: u8) -> usize {
         let mut keys = [0u64; 2];
         let mut n = 0;
         let mut more = Vec::new();
@@ -289,12 +310,12 @@ impl Table {
 
     /// Starts loading the home bucket of `key` into the cache.
     pub fn prefetch_bucket(&self, key: u64) {
-        self.prefetch_ref(key_ref(key));
+        self.prefetch_order(key_order(key));
     }
 
-    /// Starts loading the home bucket of the keys with reference `kref`.
-    pub fn prefetch_ref(&self, kref: u32) {
-        prefetch(self.buckets.as_ptr().wrapping_add(bucket_of(kref, self.homes)));
+    /// Starts loading the home bucket of the keys of order `order`.
+    pub fn prefetch_order(&self, order: u32) {
+        prefetch(self.buckets.as_ptr().wrapping_add(bucket_of(order, self.homes)));
     }
 
     /// Whether slot `sa` of `a` and slot `sb` of `b` have the same holders in
@@ -376,7 +397,7 @@ impl Table {
         true
     }
 
-    /// Inserts a new key in reference order, shifting the rest of its run
+    /// Inserts a new key in order, shifting the rest of its run
     /// right; false when the run would spill past the end of the array.
     fn try_place(&mut self, bucket: [u64; 2]) -> bool {
         let at = match self.seek(bucket[0]) {
@@ -508,11 +529,11 @@ impl Table {
         self.buckets[i] = [0, 0];
     }
 
-    /// Rebuilds with more home buckets: the array is sorted by reference, so
+    /// Rebuilds with more home buckets: the array is sorted by order, so
     /// each key goes to its new home or right after the previous key.
     fn grow(&mut self) {
         let homes = grown_homes(self.homes);
-        let place = |b: &[u64; 2], next: usize| bucket_of(key_ref(b[0]), homes).max(next);
+        let place = |b: &[u64; 2], next: usize| bucket_of(key_order(b[0]), homes).max(next);
         let mut end = 0;
         for b in self.buckets.iter().filter(|b| b[0] != 0) {
             end = place(b, end) + 1;

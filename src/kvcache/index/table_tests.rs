@@ -82,10 +82,32 @@ fn key_refs_resolve_per_holder_and_ambiguity_releases_all() {
     assert_eq!(t.resolve_ref(key_ref(0), 1, 0), RefMatch::One(0), "key 0 lives in the side slot");
 }
 
-/// The array is sorted by key reference and every key can be found.
+#[test]
+fn keys_of_one_order_with_different_refs_resolve_apart() {
+    // Products 2^24 apart: the same 32-bit order (unless bit 32 carries), different 40-bit refs.
+    let mut inv = SPREAD;
+    for _ in 0..5 {
+        inv = inv.wrapping_mul(2u64.wrapping_sub(SPREAD.wrapping_mul(inv)));
+    }
+    let k1 = 0x0bad_cafe_0000_0001u64.wrapping_mul(inv);
+    let k2 = k1.wrapping_add((1u64 << 24).wrapping_mul(inv));
+    assert_eq!(key_order(k1), key_order(k2));
+    assert_ne!(key_ref(k1), key_ref(k2));
+    assert_eq!(ref_order(key_ref(k1)), key_order(k1));
+    let mut t = Table::new(1000, 3);
+    t.add(k1, 4, 0, AddMode::Counted);
+    t.add(k2, 4, 0, AddMode::Counted);
+    assert_eq!(t.resolve_ref(key_ref(k1), 4, 0), RefMatch::One(k1));
+    assert_eq!(t.resolve_ref(key_ref(k2), 4, 0), RefMatch::One(k2));
+    assert_eq!(t.release_ref(key_ref(k2), 4, 0), 1, "only k2 released");
+    assert_ne!(t.slot_of(k1), 0);
+    assert_eq!(t.slot_of(k2), 0);
+}
+
+/// The array is sorted by key order and every key can be found.
 fn check_sorted_and_findable(t: &Table, keys: &[u64]) {
-    let refs: Vec<u32> = t.buckets.iter().filter(|b| b[0] != 0).map(|b| key_ref(b[0])).collect();
-    assert!(refs.windows(2).all(|w| w[0] <= w[1]), "sorted by reference");
+    let orders: Vec<u32> = t.buckets.iter().filter(|b| b[0] != 0).map(|b| key_order(b[0])).collect();
+    assert!(orders.windows(2).all(|w| w[0] <= w[1]), "sorted by order");
     for k in keys {
         assert_ne!(t.slot_of(*k), 0, "key {k} findable");
     }
@@ -118,15 +140,15 @@ fn ordered_runs_survive_growth_deletion_and_crowding() {
     }
     let base = (u64::from(u32::MAX) << 32).wrapping_mul(inv);
     let crowd: Vec<u64> = (0..40u64).map(|i| base.wrapping_add(i.wrapping_mul(inv))).collect();
-    assert!(crowd.iter().all(|k| key_ref(*k) == u32::MAX));
+    assert!(crowd.iter().all(|k| key_order(*k) == u32::MAX && key_ref(*k) == key_ref(crowd[0])));
     let mut small = Table::new(1000, 9);
     for k in &crowd {
         small.add(*k, 1, 0, AddMode::Set);
     }
     check_sorted_and_findable(&small, &crowd);
-    assert_eq!(small.resolve_ref(u32::MAX, 1, 0), RefMatch::Ambiguous);
+    assert_eq!(small.resolve_ref(key_ref(base), 1, 0), RefMatch::Ambiguous);
     assert_eq!(small.slot_of(base.wrapping_add(41u64.wrapping_mul(inv))), 0, "a miss in the crowd");
-    assert_eq!(small.release_ref(u32::MAX, 1, 0), 40);
+    assert_eq!(small.release_ref(key_ref(base), 1, 0), 40);
     assert_eq!(small.keys(), 0);
 }
 

@@ -13,7 +13,8 @@
 //! events with tokens and parents (request keys computed, engine maps kept),
 //! removals as `BlockRemoved`, and each query's request keys are computed from
 //! its blocks' tokens (outside the timed lookup). `--key-algo` picks the
-//! request-key algorithm (`cbor-fnv`, llm-d's and the default; `epp-xxh3`, epp's opt-in). The tool guarantees every
+//! request-key algorithm (`epp-xxh3`, the plugin's default for an in-memory index and the tool's;
+//! `cbor-fnv`, llm-d's). The tool guarantees every
 //! stored parent is present, so both modes must give the expected answers.
 //! Stores and removals are timed separately (event building excluded); each
 //! lookup is timed alone. `bytes_per_entry` covers key tables and engine maps.
@@ -70,6 +71,8 @@ pub struct IndexBenchReport {
     pub engine_map_bytes_per_entry: f64,
     /// Engine-hash mappings held at the end (request-key mode).
     pub engine_mappings: u64,
+    /// Engine-map key references that matched several keys of one source (each loses hits).
+    pub ambiguous_refs: u64,
     pub mismatches: u64,
     pub queries: u64,
     pub stored_blocks: u64,
@@ -247,6 +250,7 @@ pub fn run_index_bench(dir: &Path, mode: ReplayKeys, algo: RequestKeyAlgo) -> Re
         bytes_per_entry: per_entry(index.approx_bytes()),
         engine_map_bytes_per_entry: per_entry(index.approx_bytes() - index.table_bytes()),
         engine_mappings: index.engine_mappings() as u64,
+        ambiguous_refs: index.ambiguous_refs(),
         mismatches,
         queries: latencies.len() as u64,
         stored_blocks: stored,
@@ -299,6 +303,7 @@ mod tests {
                 "{mode:?}"
             );
             assert!(r.bytes_per_entry > 0.0);
+            assert_eq!(r.ambiguous_refs, 0, "{mode:?}");
             tiny(&dir, true);
             assert_eq!(run_index_bench(&dir, mode, algo).expect("runs").mismatches, 1, "{mode:?}");
             assert!(serde_json::to_string(&r).expect("json").contains("\"lookup_p99_us\""));

@@ -40,8 +40,9 @@ pub struct TokenProcessorConfig {
     pub block_size: Option<usize>,
     /// Seed string of the keys (llm-d `hashSeed`; for vLLM algorithms: `PYTHONHASHSEED`).
     pub hash_seed: String,
-    /// `""`/`cbor-fnv`/`xxh64` (epp's request keys) or a vLLM algorithm (`sha256`,
-    /// `sha256_cbor`, `xxhash`, `xxhash_cbor`: the engine's own hashes are the keys).
+    /// `""` (`epp-xxh3`, or `cbor-fnv` with `redisConfig`), `cbor-fnv`, `xxh64`,
+    /// `epp-xxh3` (epp's request keys) or a vLLM algorithm (`sha256`, `sha256_cbor`,
+    /// `xxhash`, `xxhash_cbor`: the engine's own hashes are the keys).
     pub hash_algorithm: String,
     /// epp extension: the vLLM release (NONE_HASH rules) for engine keys and drift checks.
     pub vllm_version: Option<String>,
@@ -246,13 +247,17 @@ impl Params {
                 (KeyMode::Engine { hasher: Some(hasher.clone()), block_size }, Some(hasher), Some(drift))
             }
             None => {
-                let algo: RequestKeyAlgo =
-                    tp.hash_algorithm.parse().map_err(|e: crate::kvcache::keys::UnknownKeyAlgo| {
+                // Unset: epp's faster keys when no other program reads them (no
+                // shared index); llm-d's default where llm-d's indexers share the keys.
+                let algo: RequestKeyAlgo = match tp.hash_algorithm.as_str() {
+                    "" if kb.redis_config.is_none() => RequestKeyAlgo::EppXxh3,
+                    name => name.parse().map_err(|e: crate::kvcache::keys::UnknownKeyAlgo| {
                         (
                             "tokenProcessorConfig.hashAlgorithm".to_string(),
                             format!("{e}; or a vLLM algorithm: sha256, sha256_cbor, xxhash, xxhash_cbor"),
                         )
-                    })?;
+                    })?,
+                };
                 (KeyMode::Request { keyer: RequestKeyer::new(algo, &tp.hash_seed), block_size }, None, None)
             }
         };
@@ -440,14 +445,15 @@ mod tests {
     }
 
     #[test]
-    fn unset_hash_algorithm_is_cbor_fnv_and_epp_xxh3_is_opt_in() {
+    fn unset_hash_algorithm_is_epp_xxh3_in_memory_and_cbor_fnv_with_redis() {
         let algo =
             |yaml: &str| match serde_yaml::from_str::<Params>(yaml).expect(yaml).derive().expect(yaml).index.key_mode {
                 KeyMode::Request { keyer, .. } => Some(keyer.algo()),
                 KeyMode::Engine { .. } => None,
             };
         let redis = "indexerConfig: {kvBlockIndexConfig: {redisConfig: {address: 'h:1'}}}";
-        assert_eq!(algo("{}"), Some(RequestKeyAlgo::CborFnv));
+        assert_eq!(algo("{}"), Some(RequestKeyAlgo::EppXxh3));
+        assert_eq!(algo("tokenProcessorConfig: {hashAlgorithm: ''}"), Some(RequestKeyAlgo::EppXxh3));
         assert_eq!(algo("tokenProcessorConfig: {hashAlgorithm: epp-xxh3}"), Some(RequestKeyAlgo::EppXxh3));
         assert_eq!(algo(redis), Some(RequestKeyAlgo::CborFnv));
         assert_eq!(algo("tokenProcessorConfig: {hashAlgorithm: cbor-fnv}"), Some(RequestKeyAlgo::CborFnv));
