@@ -46,14 +46,20 @@ fn capacity_evicts_and_endpoint_removal_compacts() {
     assert_eq!(live, t.entries());
 }
 
-#[test]
-fn key_refs_resolve_per_holder_and_ambiguity_releases_all() {
-    // SPREAD^-1 mod 2^64 (Newton): k and k + inv have products one apart,
-    // hence (almost always) the same reference.
+/// SPREAD⁻¹ mod 2⁶⁴ (Newton's iteration): `key × SPREAD` of `x · inv` is `x`, so tests can
+/// pick keys by the product that decides their order and reference.
+fn spread_inverse() -> u64 {
     let mut inv = SPREAD;
     for _ in 0..5 {
         inv = inv.wrapping_mul(2u64.wrapping_sub(SPREAD.wrapping_mul(inv)));
     }
+    inv
+}
+
+#[test]
+fn key_refs_resolve_per_holder_and_ambiguity_releases_all() {
+    // k and k + inv have products one apart, hence (almost always) the same reference.
+    let inv = spread_inverse();
     assert_eq!(SPREAD.wrapping_mul(inv), 1);
     let k1 = 0x1234_5678_9abc_def0u64;
     let k2 = k1.wrapping_add(inv);
@@ -85,10 +91,7 @@ fn key_refs_resolve_per_holder_and_ambiguity_releases_all() {
 #[test]
 fn keys_of_one_order_with_different_refs_resolve_apart() {
     // Products 2^24 apart: the same 32-bit order (unless bit 32 carries), different 40-bit refs.
-    let mut inv = SPREAD;
-    for _ in 0..5 {
-        inv = inv.wrapping_mul(2u64.wrapping_sub(SPREAD.wrapping_mul(inv)));
-    }
+    let inv = spread_inverse();
     let k1 = 0x0bad_cafe_0000_0001u64.wrapping_mul(inv);
     let k2 = k1.wrapping_add((1u64 << 24).wrapping_mul(inv));
     assert_eq!(key_order(k1), key_order(k2));
@@ -134,10 +137,7 @@ fn ordered_runs_survive_growth_deletion_and_crowding() {
     }
     // Forty keys with one reference whose home is the last bucket: the run spills past the
     // last home, the table grows until it fits, and lookups and misses still work.
-    let mut inv = SPREAD;
-    for _ in 0..5 {
-        inv = inv.wrapping_mul(2u64.wrapping_sub(SPREAD.wrapping_mul(inv)));
-    }
+    let inv = spread_inverse();
     let base = (u64::from(u32::MAX) << 32).wrapping_mul(inv);
     let crowd: Vec<u64> = (0..40u64).map(|i| base.wrapping_add(i.wrapping_mul(inv))).collect();
     assert!(crowd.iter().all(|k| key_order(*k) == u32::MAX && key_ref(*k) == key_ref(crowd[0])));
