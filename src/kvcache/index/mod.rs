@@ -259,9 +259,10 @@ impl PrefixIndex {
     /// with the tier-weighted score. Endpoints with no match are omitted.
     ///
     /// Block 0 is checked under its own shard lock first (a miss costs one
-    /// lock). Otherwise every shard the keys fall in is read-locked once, in
-    /// ascending order: writers hold one shard lock at a time, so the order
-    /// cannot deadlock, and a writer waits at most one lookup (microseconds).
+    /// lock). Otherwise the registry is read-locked, then every shard the keys
+    /// fall in, once each in ascending order: writers hold one shard lock at a
+    /// time (under a registry read lock at most), so the order cannot
+    /// deadlock, and a writer waits at most one lookup (microseconds).
     /// Holding the tables lets the loop in [`runs`] prefetch ahead and skip the
     /// holders of a key that has those of the key before it.
     pub fn lookup(&self, keys: &[u64]) -> Vec<EndpointMatch> {
@@ -270,29 +271,33 @@ impl PrefixIndex {
             return Vec::new();
         }
         // The shard of a key is a multiply and a mask: computed twice rather than kept.
+        // With four keys or more per shard nearly every shard is hit (each is
+        // missed with odds under (1 - 1/n)^4n < 2 %): lock them all uncounted.
         let mut wanted = [0u64; MAX_SHARDS / 64];
-        for k in keys {
-            let s = self.shard_index(*k);
-            wanted[s / 64] |= 1 << (s % 64);
+        if keys.len() >= 4 * self.shards.len() {
+            wanted.fill(u64::MAX);
+        } else {
+            for k in keys {
+                let s = self.shard_index(*k);
+                wanted[s / 64] |= 1 << (s % 64);
+            }
         }
-        let mut guards: Vec<Option<RwLockReadGuard<'_, Table>>> = Vec::with_capacity(self.shards.len());
-        for (s, shard) in self.shards.iter().enumerate() {
-            // Ascending shard order.
-            guards.push((wanted[s / 64] >> (s % 64) & 1 == 1).then(|| read(&shard.table)));
-        }
-        let mut tables: Vec<&Table> = Vec::with_capacity(keys.len());
-        tables.extend(keys.iter().filter_map(|k| guards[self.shard_index(*k)].as_deref()));
-        let runs = runs::longest_runs(keys, &tables, &self.config.tier_weights);
-        drop(tables);
-        drop(guards);
         let reg = read(&self.registry);
+        let guards: Vec<Option<RwLockReadGuard<'_, Table>>> = (self.shards.iter().enumerate())
+            .map(|(s, shard)| (wanted[s / 64] >> (s % 64) & 1 == 1).then(|| read(&shard.table)))
+            .collect();
+        // Per shard its locked table; shards no key falls in get any locked one (never read).
+        let Some(any) = guards.iter().flatten().next().map(|g| &**g) else { return Vec::new() };
+        let tables: Vec<&Table> = guards.iter().map(|g| g.as_deref().unwrap_or(any)).collect();
+        let table_of = |k: u64| tables[self.shard_index(k)];
         let w = &self.config.tier_weights;
-        let mut out = Vec::with_capacity(runs.len());
-        out.extend(runs.into_iter().filter(|r| r.blocks > 0).filter_map(|r| {
-            let weighted = r.weighted(w);
-            reg.name(r.ep).map(|n| EndpointMatch { endpoint: n.clone(), blocks: r.blocks, weighted })
-        }));
-        out
+        runs::longest_runs(keys, table_of, w, |runs| {
+            let mut out = Vec::with_capacity(runs.len());
+            out.extend(runs.iter().filter(|r| r.blocks > 0).filter_map(|r| {
+                reg.name(r.ep).map(|n| EndpointMatch { endpoint: n.clone(), blocks: r.blocks, weighted: r.weighted(w) })
+            }));
+            out
+        })
     }
 
     /// Number of `(key, endpoint, tier)` entries.

@@ -95,6 +95,7 @@ impl RefTable {
     /// Stores `value` under `fp`, or returns the value already there. One
     /// search: the bucket it ends on is where a new entry goes (at load below
     /// the maximum, usually an empty one).
+    #[inline]
     pub fn try_insert(&mut self, fp: u32, value: KeyRef) -> Result<(), KeyRef> {
         debug_assert!(fp != 0 && fp >> FP_BITS == 0, "fingerprints are never 0 and have FP_BITS bits");
         debug_assert_eq!(value & !VALUE_MASK, 0, "values have REF_BITS bits");
@@ -155,6 +156,7 @@ impl RefTable {
     }
 
     /// Removes `fp`; returns its value.
+    #[inline]
     pub fn remove(&mut self, fp: u32) -> Option<KeyRef> {
         let mut i = self.find(fp)?;
         let value = value_of(self.buckets[i]);

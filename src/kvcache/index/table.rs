@@ -22,6 +22,11 @@ use super::slab::Slab;
 
 const MIN_BUCKETS: usize = 64;
 
+/// Buckets from its home that [`Table::slot_of`] checks by key alone (two
+/// cache lines; the slack past the last home is larger, so the window always
+/// fits in the array for a key whose home is in range).
+const SCAN: usize = 8;
+
 /// Starts loading the cache line at `at`. A hint only: it never faults, so
 /// any address is harmless.
 pub fn prefetch<T>(at: *const T) {
@@ -194,9 +199,19 @@ impl Table {
     }
 
     /// The packed slot of `key` (`0` when absent): two inline holders or an overflow reference.
+    ///
+    /// A held key sits a few buckets past its home at these loads, so the
+    /// first [`SCAN`] buckets are checked by key alone (no order to compute)
+    /// before the ordered search that settles a miss.
     pub fn slot_of(&self, key: u64) -> u64 {
         if key == 0 {
             return self.zero;
+        }
+        let home = self.home(key);
+        if let Some(near) = self.buckets.get(home..home + SCAN)
+            && let Some(b) = near.iter().find(|b| b[0] == key)
+        {
+            return b[1];
         }
         self.find(key).map_or(0, |i| self.buckets[i][1])
     }
@@ -318,8 +333,10 @@ impl Table {
         prefetch(self.buckets.as_ptr().wrapping_add(bucket_of(order, self.homes)));
     }
 
-    /// Whether slot `sa` of `a` and slot `sb` of `b` have the same holders in
-    /// the same order, refcounts aside.
+    /// Whether slot `sa` of `a` and slot `sb` of `b` have the same holders,
+    /// refcounts aside: inline slots compare their two holders in order,
+    /// overflow lists their holder-set fingerprints (see [`super::slab`]),
+    /// so neither list is read.
     pub fn same_holders(a: &Table, sa: u64, b: &Table, sb: u64) -> bool {
         let ((alo, ahi), (blo, bhi)) = (holder::split(sa), holder::split(sb));
         match (alo == OVERFLOW, blo == OVERFLOW) {
@@ -328,21 +345,8 @@ impl Table {
                 let id = |h: u32| if h == 0 { u32::MAX } else { holder::identity(h) };
                 id(alo) == id(blo) && id(ahi) == id(bhi)
             }
-            (true, true) => {
-                let (x, y) = (a.slab.get(ahi), b.slab.get(bhi));
-                // No early exit: a branch-free pass the compiler vectorises.
-                x.len() == y.len() && x.iter().zip(y).fold(0, |d, (p, q)| d | holder::identity(p ^ q)) == 0
-            }
+            (true, true) => a.slab.fingerprint(ahi) == b.slab.fingerprint(bhi),
             _ => false,
-        }
-    }
-
-    /// Starts loading a heap-held overflow list (its slab entry should be in
-    /// cache already; no-op for other slots).
-    pub fn prefetch_heap_list(&self, slot: u64) {
-        let (lo, hi) = holder::split(slot);
-        if lo == OVERFLOW {
-            self.slab.prefetch_heap(hi);
         }
     }
 
@@ -426,13 +430,7 @@ impl Table {
         let bump = |x: u32| if mode == AddMode::Counted { holder::incremented(x) } else { x };
         let (lo, hi) = holder::split(*slot);
         if lo == OVERFLOW {
-            let list = slab.get_mut(hi);
-            if let Some(x) = list.as_mut_slice().iter_mut().find(|x| holder::identity(**x) == holder::identity(h)) {
-                *x = bump(*x);
-                return false;
-            }
-            list.push(h);
-            return true;
+            return slab.add(hi, h, bump);
         }
         if lo == 0 {
             *slot = u64::from(h);

@@ -175,4 +175,14 @@ fn same_holders_compares_identities_not_refcounts() {
     a.add(10, 9, 0, AddMode::Counted);
     assert!(!same(&a, 10, &b, 20), "a different holder");
     assert!(!same(&a, 10, &a, 1), "a list against an inline slot");
+    // Lists compare as sets, and a removal keeps the comparison right.
+    for ep in [3, 1, 2, 4] {
+        a.add(30, ep, 0, AddMode::Counted);
+    }
+    for ep in 1..=3 {
+        b.add(40, ep, 0, AddMode::Counted);
+    }
+    assert!(!same(&a, 30, &b, 40));
+    assert!(a.remove(30, 4, 0, RemoveMode::Force));
+    assert!(same(&a, 30, &b, 40), "the same set in another order");
 }
