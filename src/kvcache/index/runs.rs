@@ -6,8 +6,9 @@
 //! For each key the candidates holding it form a bitset too, so a key costs
 //! one pass over its holders and a few word operations. A key whose holders
 //! are those of the key before it (a prefix cached by the same pods, the
-//! common case deep in a long query) costs one comparison of the two holder
-//! lists instead.
+//! common case deep in a long query) costs one comparison instead: of the two
+//! inline slots, or of the two slab lists' holder-set fingerprints (neither
+//! list is read).
 //!
 //! Scores are counted in blocks per tier: a key whose candidate holders are
 //! all in one tier adds a block of that tier to a counter shared by every live
