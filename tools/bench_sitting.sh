@@ -6,7 +6,8 @@
 # with the time and /proc/loadavg. Instruction counts (tools/callgrind_extproc.sh) do not depend
 # on load and are not part of a sitting.
 # Usage: tools/bench_sitting.sh OUT [SECTION...]
-#   SECTION: decision extproc quota idle criterion index redis (default: all, in that order)
+#   SECTION: decision extproc quota idle criterion index redis replicas (default: all, in
+#   that order; replicas needs redis-server)
 # Needs: release builds of epp and epp-tools (EPP, TOOLS), `cargo bench --workspace --no-run`
 # done beforehand (criterion, index, redis), root for the cgroup quotas (quota), redis-server
 # (redis), and for index: DYNAMO_BIN (../shared/tools/dynamo-rs built as its README says),
@@ -15,7 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?usage: tools/bench_sitting.sh OUT [SECTION...]}
 shift
-sections=${*:-decision extproc quota idle criterion index redis}
+sections=${*:-decision extproc quota idle criterion index redis replicas}
 epp=${EPP:-target/release/epp}
 tools=${TOOLS:-target/release/epp-tools}
 export EPP=$epp TOOLS=$tools RUST_LOG=warn
@@ -49,9 +50,13 @@ for section in $sections; do
         "1k:200,400,800,1200,1600 10k:200,400,800,1200,1600 100k:50,100,200,400" >>"$log" 2>&1
       OUT="$out/quota" MODE=buffered tools/quota_extproc.sh 1core 100000 100000 \
         "10k:1000,2000,4000,6000,8000" >>"$log" 2>&1 ;;
-    idle) # RSS and idle CPU against 8, 100 and 1,000 scraped endpoints at the default 50 ms
-      header "$log" "tools/measure_rss.sh 8 100 1000, 50 ms interval"
-      INTERVAL=50ms SETTLE=20 tools/measure_rss.sh 8 100 1000 >>"$log" 2>&1 ;;
+    idle) # RSS and idle CPU against 8, 100 and 1,000 scraped endpoints at the default 50 ms,
+      # answering a six-line exposition, then 8 and 100 answering a real vLLM one (53 KB)
+      header "$log" "tools/measure_rss.sh 8 100 1000, 50 ms interval, six-line exposition"
+      INTERVAL=50ms SETTLE=20 tools/measure_rss.sh 8 100 1000 >>"$log" 2>&1
+      header "$log" "tools/measure_rss.sh 8 100, 50 ms interval, vLLM 0.33 exposition (53 KB)"
+      EXPOSITION=tests/fixtures/metrics/vllm-0.33.0.txt INTERVAL=50ms SETTLE=20 \
+        tools/measure_rss.sh 8 100 >>"$log" 2>&1 ;;
     criterion) # parse, tokenizer, loopback round trip, decision (criterion)
       header "$log" "cargo bench body_parse, tokenize, extproc_roundtrip, decision"
       cargo bench --locked --bench body_parse -- --warm-up-time 1 --measurement-time 3 >>"$log" 2>&1
@@ -70,6 +75,16 @@ for section in $sections; do
     redis) # llm-d's shared Redis index on loopback
       header "$log" "cargo bench redis_index"
       cargo bench --locked --bench redis_index >>"$log" 2>&1 ;;
+    replicas) # active-active replicas: hit rates with and without sync, then sync under load
+      # (in-process replicas and a loopback redis-server), then real epp processes
+      header "$log" "sim --replicas 1,2,4 --replica-sync auto --json"
+      "$tools" sim --replicas 1,2,4 --replica-sync auto --json >>"$log" 2>&1
+      header "$log" "sim --replicas 4 --replica-sync auto --decision-rate 5000 (3 rounds) --json"
+      "$tools" sim --replicas 4 --replica-sync auto --decision-rate 5000 --decision-seconds 5 \
+        --replica-rounds 3 --json >>"$log" 2>&1
+      header "$log" "sim --wire --wire-processes --replicas 1,4 --replica-sync auto --json"
+      "$tools" sim --wire --wire-processes --epp-bin "$epp" --replicas 1,4 --replica-sync auto \
+        --json >>"$log" 2>&1 ;;
     *) echo "unknown section $section" >&2; exit 2 ;;
   esac
   header "$log" "end of $section"

@@ -142,6 +142,8 @@ impl TierMap {
 #[derive(Debug, Default)]
 pub struct EngineMap {
     tiers: [TierMap; Tier::COUNT],
+    /// Mappings over all tiers (checked against the capacity on every store).
+    len: usize,
 }
 
 impl EngineMap {
@@ -162,10 +164,12 @@ impl EngineMap {
         if refs.is_empty() || usize::from(tier) >= Tier::COUNT {
             return false;
         }
-        if self.len() >= capacity && self.refs(engine).is_none() {
+        if self.len >= capacity && self.refs(engine).is_none() {
             return false;
         }
-        self.tiers[usize::from(tier)].insert(engine, refs)
+        let inserted = self.tiers[usize::from(tier)].insert(engine, refs);
+        self.len += usize::from(inserted);
+        inserted
     }
 
     /// Starts loading the bucket where `tier` keeps `engine` (a hint).
@@ -177,12 +181,15 @@ impl EngineMap {
 
     /// Clears `tier` of `engine`; returns the references that lost a holder.
     pub fn release(&mut self, engine: u64, tier: u8) -> Option<Refs> {
-        self.tiers.get_mut(usize::from(tier))?.remove(engine)
+        let refs = self.tiers.get_mut(usize::from(tier))?.remove(engine)?;
+        self.len -= 1;
+        Some(refs)
     }
 
     /// Number of (hash, tier) mappings.
     pub fn len(&self) -> usize {
-        self.tiers.iter().map(TierMap::len).sum()
+        debug_assert_eq!(self.len, self.tiers.iter().map(TierMap::len).sum::<usize>());
+        self.len
     }
 
     /// Approximate heap bytes.

@@ -19,6 +19,7 @@
 use super::buckets::Buckets;
 use super::holder::{self, EndpointId, OVERFLOW};
 use super::slab::Slab;
+use smallvec::SmallVec;
 
 const MIN_BUCKETS: usize = 64;
 
@@ -102,6 +103,15 @@ pub enum RefMatch {
     One(u64),
     /// Several keys with the same reference have the holder.
     Ambiguous,
+}
+
+/// Where a key sits: the side slot of key 0, or a bucket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Place {
+    /// The side slot (key 0).
+    Zero,
+    /// The bucket at this index.
+    Bucket(usize),
 }
 
 /// Whether a store counts as a new reference.
@@ -267,10 +277,11 @@ impl Table {
         self.for_each_in_slot(self.slot_of(key), f)
     }
 
-    /// Calls `f` with each key whose [`key_ref`] is `kref` and that holder
-    /// `(ep, tier)` holds. They all sit among the keys of the reference's
-    /// order, which are adjacent from that order's home bucket on.
-    fn for_each_by_ref(&self, kref: KeyRef, ep: EndpointId, tier: u8, mut f: impl FnMut(u64)) {
+    /// Calls `f` with the place and key of each key whose [`key_ref`] is `kref`
+    /// and that holder `(ep, tier)` holds, in ascending place order (the side
+    /// slot first). They all sit among the keys of the reference's order, which
+    /// are adjacent from that order's home bucket on.
+    fn for_each_by_ref(&self, kref: KeyRef, ep: EndpointId, tier: u8, mut f: impl FnMut(Place, u64)) {
         let id = holder::identity(holder::pack(ep, tier));
         let held = |slot: u64| {
             let mut found = false;
@@ -278,7 +289,7 @@ impl Table {
             found
         };
         if kref == key_ref(0) && held(self.zero) {
-            f(0);
+            f(Place::Zero, 0);
         }
         let order = ref_order(kref);
         let mut i = bucket_of(order, self.homes);
@@ -287,7 +298,7 @@ impl Table {
                 return;
             }
             if key_ref(k) == kref && held(slot) {
-                f(k);
+                f(Place::Bucket(i), k);
             }
             i += 1;
         }
@@ -296,7 +307,7 @@ impl Table {
     /// Resolves a key reference for holder `(ep, tier)`.
     pub fn resolve_ref(&self, kref: KeyRef, ep: EndpointId, tier: u8) -> RefMatch {
         let mut m = RefMatch::None;
-        self.for_each_by_ref(kref, ep, tier, |k| {
+        self.for_each_by_ref(kref, ep, tier, |_, k| {
             m = if m == RefMatch::None { RefMatch::One(k) } else { RefMatch::Ambiguous };
         });
         m
@@ -305,22 +316,18 @@ impl Table {
     /// Drops one reference of holder `(ep, tier)` from every key with
     /// reference `kref` (normally one; all of them when ambiguous, so nothing
     /// stays held that should not). Returns how many keys matched.
+    ///
+    /// The keys are released where the search found them, last first: a
+    /// deletion shifts only the buckets after it, so the earlier places stay
+    /// valid (and no key is searched for twice).
     pub fn release_ref(&mut self, kref: KeyRef, ep: EndpointId, tier: u8) -> usize {
-        let mut keys = [0u64; 2];
-        let mut n = 0;
-        let mut more = Vec::new();
-        self.for_each_by_ref(kref, ep, tier, |k| {
-            if n < 2 {
-                keys[n] = k;
-            } else {
-                more.push(k);
-            }
-            n += 1;
-        });
-        for k in keys.into_iter().take(n.min(2)).chain(more) {
-            self.remove(k, ep, tier, RemoveMode::Release);
+        let mut places: SmallVec<[Place; 2]> = SmallVec::new();
+        self.for_each_by_ref(kref, ep, tier, |at, _| places.push(at));
+        let id = holder::identity(holder::pack(ep, tier));
+        for at in places.iter().rev() {
+            self.remove_at(*at, |h| holder::identity(h) == id, RemoveMode::Release);
         }
-        n
+        places.len()
     }
 
     /// Starts loading the home bucket of `key` into the cache.
@@ -460,11 +467,22 @@ impl Table {
 
     /// Removes the holders of `key` matching `pred`; returns how many went.
     fn remove_where(&mut self, key: u64, pred: impl Fn(u32) -> bool, mode: RemoveMode) -> usize {
-        let idx = if key == 0 { None } else { self.find(key) };
-        let mut slot = match (key, idx) {
-            (0, _) => self.zero,
-            (_, Some(i)) => self.buckets[i][1],
-            _ => return 0,
+        let at = match key {
+            0 => Place::Zero,
+            _ => match self.find(key) {
+                Some(i) => Place::Bucket(i),
+                None => return 0,
+            },
+        };
+        self.remove_at(at, pred, mode)
+    }
+
+    /// Removes the holders matching `pred` of the key at `at`; returns how many
+    /// went. The key goes (its bucket deleted) with its last holder.
+    fn remove_at(&mut self, at: Place, pred: impl Fn(u32) -> bool, mode: RemoveMode) -> usize {
+        let mut slot = match at {
+            Place::Zero => self.zero,
+            Place::Bucket(i) => self.buckets[i][1],
         };
         if slot == 0 {
             return 0;
@@ -474,10 +492,10 @@ impl Table {
         if slot == 0 {
             self.keys -= 1;
         }
-        match idx {
-            None => self.zero = slot,
-            Some(i) if slot == 0 => self.delete_at(i),
-            Some(i) => self.buckets[i][1] = slot,
+        match at {
+            Place::Zero => self.zero = slot,
+            Place::Bucket(i) if slot == 0 => self.delete_at(i),
+            Place::Bucket(i) => self.buckets[i][1] = slot,
         }
         removed
     }
@@ -554,23 +572,22 @@ impl Table {
         self.rng ^= self.rng << 17;
         let mut i = (self.rng % self.buckets.len() as u64) as usize;
         for _ in 0..self.buckets.len() {
-            let k = self.buckets[i][0];
-            if k != 0 {
-                if self.remove_where(k, |_| true, RemoveMode::Force) > 0 {
+            if self.buckets[i][0] != 0 {
+                if self.remove_at(Place::Bucket(i), |_| true, RemoveMode::Force) > 0 {
                     self.evictions += 1;
                 }
                 return;
             }
             i = if i + 1 == self.buckets.len() { 0 } else { i + 1 };
         }
-        if self.zero != 0 && self.remove_where(0, |_| true, RemoveMode::Force) > 0 {
+        if self.zero != 0 && self.remove_at(Place::Zero, |_| true, RemoveMode::Force) > 0 {
             self.evictions += 1;
         }
     }
 
     /// Removes every holder of endpoint `ep`; returns how many went.
     pub fn remove_endpoint(&mut self, ep: EndpointId) -> usize {
-        let mut removed = self.remove_where(0, |h| holder::endpoint(h) == ep, RemoveMode::Force);
+        let mut removed = self.remove_at(Place::Zero, |h| holder::endpoint(h) == ep, RemoveMode::Force);
         let mut i = 0;
         while i < self.buckets.len() {
             let [k, slot] = self.buckets[i];
@@ -578,7 +595,7 @@ impl Table {
             let has =
                 k != 0 && (lo == OVERFLOW || holder::endpoint(lo) == ep || (hi != 0 && holder::endpoint(hi) == ep));
             if has {
-                removed += self.remove_where(k, |h| holder::endpoint(h) == ep, RemoveMode::Force);
+                removed += self.remove_at(Place::Bucket(i), |h| holder::endpoint(h) == ep, RemoveMode::Force);
                 // A delete shifted a later bucket into i: look at i again.
                 if self.buckets[i][0] != k {
                     continue;
