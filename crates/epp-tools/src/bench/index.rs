@@ -17,7 +17,9 @@
 //! `cbor-fnv`, llm-d's). The tool guarantees every
 //! stored parent is present, so both modes must give the expected answers.
 //! Stores and removals are timed separately (event building excluded); each
-//! lookup is timed alone. `bytes_per_entry` covers key tables and engine maps.
+//! lookup is timed alone, reported over all queries and per query length
+//! (`L<N>_p50_us`, `L<N>_p99_us`, `L<N>_mean_us`, as `dynamo-rs` names them).
+//! `bytes_per_entry` covers key tables and engine maps.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -78,6 +80,10 @@ pub struct IndexBenchReport {
     pub stored_blocks: u64,
     pub removed_blocks: u64,
     pub entries: u64,
+    /// Per query length `L`: `L<L>_p50_us`, `L<L>_p99_us` and `L<L>_mean_us` (the names
+    /// `dynamo-rs` reports, so the two sides compare length by length).
+    #[serde(flatten)]
+    pub by_length: BTreeMap<String, f64>,
 }
 
 /// Replay failures.
@@ -218,8 +224,10 @@ pub fn run_index_bench(dir: &Path, mode: ReplayKeys, algo: RequestKeyAlgo) -> Re
         }
     }
     let mut latencies = Vec::new();
+    let mut by_length = BTreeMap::new();
     let mut mismatches = 0;
     for l in manifest.params.query_lengths {
+        let first = latencies.len();
         let qpath = dir.join(format!("queries_L{l}.jsonl"));
         let queries: Vec<Vec<u64>> = lines(&qpath)?;
         let expected: Vec<BTreeMap<String, usize>> = lines(&dir.join(format!("expected_L{l}.jsonl")))?;
@@ -237,6 +245,12 @@ pub fn run_index_bench(dir: &Path, mode: ReplayKeys, algo: RequestKeyAlgo) -> Re
             let got: BTreeMap<String, usize> = got.into_iter().map(|m| (m.endpoint.to_string(), m.blocks)).collect();
             mismatches += u64::from(&got != want);
         }
+        let of_length = &mut latencies[first..];
+        of_length.sort_unstable();
+        let mean = of_length.iter().sum::<Duration>().as_secs_f64() * 1e6 / of_length.len().max(1) as f64;
+        by_length.insert(format!("L{l}_p50_us"), percentile_us(of_length, 0.50));
+        by_length.insert(format!("L{l}_p99_us"), percentile_us(of_length, 0.99));
+        by_length.insert(format!("L{l}_mean_us"), mean);
     }
     latencies.sort_unstable();
     let entries = index.entries() as u64;
@@ -256,6 +270,7 @@ pub fn run_index_bench(dir: &Path, mode: ReplayKeys, algo: RequestKeyAlgo) -> Re
         stored_blocks: stored,
         removed_blocks: removed,
         entries,
+        by_length,
     })
 }
 
@@ -306,7 +321,9 @@ mod tests {
             assert_eq!(r.ambiguous_refs, 0, "{mode:?}");
             tiny(&dir, true);
             assert_eq!(run_index_bench(&dir, mode, algo).expect("runs").mismatches, 1, "{mode:?}");
-            assert!(serde_json::to_string(&r).expect("json").contains("\"lookup_p99_us\""));
+            let json = serde_json::to_string(&r).expect("json");
+            assert!(json.contains("\"lookup_p99_us\"") && json.contains("\"L3_p50_us\""), "{json}");
+            assert_eq!(r.by_length.keys().collect::<Vec<_>>(), ["L3_mean_us", "L3_p50_us", "L3_p99_us"]);
         }
         let _ = std::fs::remove_dir_all(&dir);
         assert!(matches!(
