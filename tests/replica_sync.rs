@@ -228,6 +228,47 @@ async fn malformed_and_foreign_messages_are_counted_and_ignored() {
     route(&epp, &turn(0, false), &[]).await;
 }
 
+/// A page of peers' entries is applied one entry at a time with the other tasks of the
+/// worker running in between (a decision waits for one entry, not for the page): an observer
+/// on the same single-threaded runtime sees the applied count step through the entries.
+#[tokio::test]
+async fn a_page_of_peer_entries_lets_other_tasks_run_between_entries() {
+    use epp::framework::replica::SharedUpdate;
+    use epp::replica::wire::{Body, Message, encode};
+
+    const ENTRIES: u64 = 20;
+    let redis = RedisServer::start();
+    let (_pods, eps) = pods().await;
+    let epp = replica(&eps, &redis.url(), None).await;
+    let mut applied = epp.app.replica_sync.as_ref().expect("sync on").applied();
+    let start = applied.borrow_and_update().prefix;
+    let client = redis::Client::open(redis.url()).expect("url");
+    let mut conn = client.get_multiplexed_async_connection().await.expect("connect");
+    // One transaction: the reader's blocked XREAD returns all entries in one page.
+    let mut pipe = redis::pipe();
+    pipe.atomic();
+    for i in 0..ENTRIES {
+        let message = Message {
+            replica: "someone-else".into(),
+            published_ms: epp::replica::applier::now_ms(),
+            plugin: APPROX.into(),
+            body: Body::Update(SharedUpdate::PrefixRecorded { endpoint: "pod-0".into(), keys: vec![i + 1].into() }),
+        };
+        pipe.cmd("XADD").arg("test:sync").arg("*").arg("m").arg(encode(&[message])).ignore();
+    }
+    let () = pipe.query_async(&mut conn).await.expect("MULTI XADD");
+    let mut seen = Vec::new();
+    let observe = async {
+        while seen.last().is_none_or(|n| *n < start + ENTRIES) {
+            applied.changed().await.expect("sync running");
+            seen.push(applied.borrow_and_update().prefix);
+        }
+    };
+    let done = tokio::time::timeout(WAIT, observe).await.is_ok();
+    assert!(done, "entries not applied within {WAIT:?}: {seen:?}");
+    assert!(seen.len() as u64 > ENTRIES / 2, "the page was applied in one go: {seen:?}");
+}
+
 /// Session bindings (`session_id` strategy) and in-flight load are shared: a session bound on
 /// one replica is honoured by the other, and requests held open through one replica steer
 /// the other's load scorer away from their pod.

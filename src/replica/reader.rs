@@ -6,7 +6,8 @@
 //! recorded), then follows with `XREAD BLOCK`. Its position is the id of the last entry it
 //! handled, so a reconnect resumes where it stopped. Replies are parsed defensively: an entry
 //! without a well-formed `m` field is counted as malformed. Each entry goes to the applier
-//! whole (one entry = one batch of one replica's updates).
+//! whole (one entry = one batch of one replica's updates), and the task yields between the
+//! entries of a page, so the ext_proc streams sharing its worker wait for one entry at most.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -121,6 +122,8 @@ async fn session(
 }
 
 /// One `XREAD` after `position`: applies the entries, advances `position`, returns how many.
+/// The task yields between entries, so a decision on the same worker waits for at most one
+/// entry's updates, not for a whole page.
 async fn read(
     conn: &mut MultiplexedConnection,
     settings: &SyncSettings,
@@ -141,6 +144,11 @@ async fn read(
         let mut parts = items(stream).into_iter();
         let (Some(_key), Some(list)) = (parts.next(), parts.next()) else { continue };
         for (id, fields) in entries(list) {
+            if n > 0 {
+                // Between entries, let the decisions queued on this worker run: a page of
+                // 128 entries of peers' updates is milliseconds of work (catch-up, bursts).
+                tokio::task::yield_now().await;
+            }
             n += 1;
             if let Some(id) = EntryId::parse(&id) {
                 *position = (*position).max(id);
