@@ -78,8 +78,9 @@ impl Lru {
 pub struct ApproxIndex {
     servers: RwLock<HashMap<EndpointId, Mutex<Lru>>>,
     reverse: Vec<RwLock<KeyMap<Holders>>>,
-    /// Live (key, endpoint) entries over all LRUs, kept under the `servers` lock, so the size
-    /// gauge every request sets costs a load instead of a walk over the endpoints.
+    /// Live (key, endpoint) entries over all LRUs, adjusted by each record under its LRU's lock
+    /// (and by `retain` under the map's write lock), so the size gauge every request sets costs
+    /// a load instead of a walk over the endpoints.
     entries: AtomicUsize,
 }
 
