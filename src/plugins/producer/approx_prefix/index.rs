@@ -99,12 +99,6 @@ fn shard(key: u64) -> usize {
     (key >> 59) as usize % SHARDS
 }
 
-/// Whether two holder lists name the same endpoints in the same order (the same `Arc`
-/// mostly; a peer's record carries its own copy of the name, compared by content).
-fn same_holders(a: &Holders, b: &Holders) -> bool {
-    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| std::sync::Arc::ptr_eq(x, y) || x == y)
-}
-
 /// Adds `keys` blocks to each endpoint of `holders`.
 fn count_run(counts: &mut HashMap<EndpointId, usize, foldhash::fast::RandomState>, holders: &Holders, keys: usize) {
     for h in holders {
@@ -202,7 +196,9 @@ impl ApproxIndex {
         let mut run_keys = 0;
         for &k in keys {
             let Some(holders) = maps[shard(k)].as_ref().and_then(|map| map.get(&k)) else { break };
-            if same_holders(&run, holders) {
+            // Holder lists compare element by element; `Arc<str>` equality checks the pointer
+            // before the text (a peer's record carries its own copy of a name).
+            if run == *holders {
                 run_keys += 1;
             } else {
                 count_run(&mut counts, &run, run_keys);
