@@ -19,6 +19,11 @@ const REF_MAX: u32 = 0xFFF;
 /// Marker in the low half of a slot whose holders live in the overflow map.
 pub const OVERFLOW: u32 = 0x0000_FFFF;
 
+/// A slot value no table stores (its low holder would have endpoint
+/// `0xFFFF`, which only the [`OVERFLOW`] marker uses, with refcount bits
+/// set): a lookup's mark for a slot not read yet.
+pub const UNREAD: u64 = u64::MAX;
+
 /// A holder with refcount 1.
 pub fn pack(ep: EndpointId, tier: u8) -> u32 {
     u32::from(ep) | (u32::from(tier & 0xF) << 16) | (1 << REF_SHIFT)

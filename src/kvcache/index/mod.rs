@@ -35,11 +35,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard};
 
 use dashmap::DashMap;
+use smallvec::SmallVec;
 
 use self::engine_map::EngineMap;
 use self::holder::EndpointId;
 use self::registry::Registry;
-use self::table::{KeyRef, RefMatch, Table, key_order, ref_order};
+use self::table::{KeyRef, RefMatch, Table, TableView, key_order, ref_order};
 use super::events::Tier;
 use super::hashing::VllmHasher;
 use super::keys::{RequestKeyAlgo, RequestKeyer};
@@ -283,19 +284,29 @@ impl PrefixIndex {
             }
         }
         let reg = read(&self.registry);
-        let guards: Vec<Option<RwLockReadGuard<'_, Table>>> = (self.shards.iter().enumerate())
-            .map(|(s, shard)| (wanted[s / 64] >> (s % 64) & 1 == 1).then(|| read(&shard.table)))
-            .collect();
-        // Per shard its locked table; shards no key falls in get any locked one (never read).
-        let Some(any) = guards.iter().flatten().next().map(|g| &**g) else { return Vec::new() };
-        let tables: Vec<&Table> = guards.iter().map(|g| g.as_deref().unwrap_or(any)).collect();
-        let table_of = |k: u64| tables[self.shard_index(k)];
-        let w = &self.config.tier_weights;
-        runs::longest_runs(keys, table_of, w, |runs| {
+        let wants = |s: usize| wanted[s / 64] >> (s % 64) & 1 == 1;
+        // Inline up to the default 16 shards: no allocation per lookup.
+        let mut guards: SmallVec<[RwLockReadGuard<'_, Table>; 16]> = SmallVec::new();
+        for (s, shard) in self.shards.iter().enumerate() {
+            if wants(s) {
+                guards.push(read(&shard.table));
+            }
+        }
+        // Per shard the view of its locked table; shards no key falls in get any locked one (never read).
+        let Some(any) = guards.first() else { return Vec::new() };
+        let mut locked = guards.iter();
+        let mut views: SmallVec<[TableView<'_>; 16]> = SmallVec::new();
+        for s in 0..self.shards.len() {
+            let table = if wants(s) { locked.next().unwrap_or(any) } else { any };
+            views.push(table.view());
+        }
+        runs::longest_runs(keys, &views, self.shard_mask, &self.config.tier_weights, |runs| {
             let mut out = Vec::with_capacity(runs.len());
-            out.extend(runs.iter().filter(|r| r.blocks > 0).filter_map(|r| {
-                reg.name(r.ep).map(|n| EndpointMatch { endpoint: n.clone(), blocks: r.blocks, weighted: r.weighted(w) })
-            }));
+            for r in runs.iter().filter(|r| r.blocks > 0) {
+                if let Some(name) = reg.name(r.ep) {
+                    out.push(EndpointMatch { endpoint: name.clone(), blocks: r.blocks, weighted: r.weighted });
+                }
+            }
             out
         })
     }

@@ -20,8 +20,12 @@
 //! The keys stream through a two-stage software pipeline: the bucket of key
 //! `i + 32` is prefetched, the slot of key `i + 16` is read and its overflow
 //! list entry (holding the list's fingerprint) prefetched, and key `i` is
-//! then served from cache. A heap-held list is read only when the holders
-//! change, which is rare.
+//! then served from cache. A key not found within a few buckets of its
+//! home is left unread until the loop gets to it (the keys staged past the
+//! end of the longest run are mostly such misses, and a miss's full search
+//! is the costly one). A heap-held list is read only when the holders
+//! change, which is rare. Each key's shard table is reached through a
+//! [`TableView`] taken once per lookup.
 //!
 //! The tracker's buffers are kept per thread and reused, so a lookup
 //! allocates nothing here.
@@ -30,7 +34,7 @@ use std::cell::RefCell;
 
 use super::TierWeights;
 use super::holder::{self, EndpointId};
-use super::table::Table;
+use super::table::{Table, TableView, key_order};
 use crate::kvcache::events::Tier;
 
 /// How many keys ahead a lookup prefetches a key's bucket.
@@ -44,15 +48,27 @@ pub(super) struct Run {
     pub ep: EndpointId,
     /// Keys matched from the first.
     pub blocks: usize,
-    /// Blocks per tier (the best tier of each matched key).
-    pub per_tier: [u32; Tier::COUNT],
+    /// `Σ_tier blocks(tier) · weight(tier)` over the run, set when it ends.
+    pub weighted: f64,
+    /// Blocks per tier counted for this run alone (mixed-tier keys); the
+    /// blocks counted for every live run are added when it ends.
+    per_tier: [u32; Tier::COUNT],
 }
 
 impl Run {
-    /// `Σ_tier blocks(tier) · weight(tier)`.
-    pub fn weighted(&self, w: &TierWeights) -> f64 {
-        self.per_tier.iter().zip(w.0).map(|(n, w)| f64::from(*n) * w).sum()
+    fn new(ep: EndpointId) -> Self {
+        Run { ep, blocks: 0, weighted: 0.0, per_tier: [0; Tier::COUNT] }
     }
+}
+
+/// `Σ_tier blocks(tier) · weight(tier)`.
+fn weigh(per_tier: &[u32; Tier::COUNT], w: &TierWeights) -> f64 {
+    per_tier.iter().zip(w.0).map(|(n, w)| f64::from(*n) * w).sum()
+}
+
+/// `n` low bits set (all 64 from `n >= 64` on).
+fn low_bits(n: usize) -> u64 {
+    if n >= 64 { u64::MAX } else { (1 << n) - 1 }
 }
 
 /// The candidate index of holder `h`'s endpoint.
@@ -63,9 +79,11 @@ fn candidate(cand_of_ep: &[u32], h: u32) -> Option<usize> {
     }
 }
 
-/// The tier id of holder `h`, in `0..Tier::COUNT`.
+/// The tier id of holder `h`, in `0..Tier::COUNT` (as `Tier::from_id`
+/// maps it: out-of-range ids are `Other`), without a branch.
 fn tier_id(h: u32) -> u8 {
-    Tier::from_id(holder::tier(h)).id()
+    let t = holder::tier(h);
+    if usize::from(t) < Tier::COUNT { t } else { Tier::Other.id() }
 }
 
 /// No tier yet (slow path scratch).
@@ -100,40 +118,38 @@ struct Tracker<'a> {
     shared: [u32; Tier::COUNT],
     /// Whether `s.best` has been reset for this lookup's candidates.
     best_ready: bool,
+    /// `(i, weigh(shared))` for the last key `i` at which a run with no
+    /// blocks of its own ended: every such run ending at `i` has that score
+    /// (runs mostly end together, where a shared prefix forks).
+    shared_weighted: (usize, f64),
 }
 
 impl<'a> Tracker<'a> {
     /// Candidates from the holders of key 0 (each endpoint once), all live
-    /// and holding key 0.
+    /// and holding key 0. One pass over the holders.
     fn start(w: &'a TierWeights, s: &'a mut Scratch, table: &Table, slot: u64) -> Self {
         for r in &s.runs {
             s.cand_of_ep[usize::from(r.ep)] = 0;
         }
         s.runs.clear();
-        let (mut top, mut held_tiers) = (0, 0);
-        table.for_each_in_slot(slot, |h| {
-            top = top.max(usize::from(holder::endpoint(h)));
-            held_tiers |= 1 << tier_id(h);
-        });
-        if s.cand_of_ep.len() <= top {
-            s.cand_of_ep.resize(top + 1, 0);
-        }
+        let mut held_tiers = 0;
         let (runs, cand_of_ep) = (&mut s.runs, &mut s.cand_of_ep);
         table.for_each_in_slot(slot, |h| {
+            held_tiers |= 1 << tier_id(h);
             let e = usize::from(holder::endpoint(h));
+            if e >= cand_of_ep.len() {
+                cand_of_ep.resize(e + 1, 0);
+            }
             if cand_of_ep[e] == 0 {
-                runs.push(Run { ep: holder::endpoint(h), blocks: 0, per_tier: [0; Tier::COUNT] });
+                runs.push(Run::new(holder::endpoint(h)));
                 cand_of_ep[e] = runs.len() as u32;
             }
         });
         let n = s.runs.len();
         s.live.clear();
-        s.live.resize(n.div_ceil(64), 0);
-        for c in 0..n {
-            s.live[c / 64] |= 1 << (c % 64);
-        }
+        s.live.extend((0..n.div_ceil(64)).map(|word| low_bits(n - word * 64)));
         s.held.clone_from(&s.live);
-        Tracker { w, s, held_tiers, shared: [0; Tier::COUNT], best_ready: false }
+        Tracker { w, s, held_tiers, shared: [0; Tier::COUNT], best_ready: false, shared_weighted: (usize::MAX, 0.0) }
     }
 
     /// Sets `held` and `held_tiers` from the holders of `slot`.
@@ -212,7 +228,15 @@ impl<'a> Tracker<'a> {
     fn end(&mut self, c: usize, i: usize) {
         let r = &mut self.s.runs[c];
         r.blocks = i;
-        r.per_tier.iter_mut().zip(self.shared).for_each(|(n, s)| *n += s);
+        if r.per_tier == [0; Tier::COUNT] {
+            if self.shared_weighted.0 != i {
+                self.shared_weighted = (i, weigh(&self.shared, self.w));
+            }
+            r.weighted = self.shared_weighted.1;
+        } else {
+            r.per_tier.iter_mut().zip(self.shared).for_each(|(n, s)| *n += s);
+            r.weighted = weigh(&r.per_tier, self.w);
+        }
     }
 
     /// Runs still live after `n` keys end there.
@@ -229,54 +253,74 @@ impl<'a> Tracker<'a> {
 }
 
 /// Per candidate endpoint, the run of `keys` it holds from the first
-/// (`table_of(k)` holds key `k`), runs of 0 blocks included, passed to
-/// `report`.
-pub(super) fn longest_runs<'t, R>(
+/// (key `k` lives in `views[key_order(k) & mask]`), runs of 0 blocks
+/// included, passed to `report`.
+pub(super) fn longest_runs<R>(
     keys: &[u64],
-    table_of: impl Fn(u64) -> &'t Table,
+    views: &[TableView<'_>],
+    mask: usize,
     w: &TierWeights,
     report: impl FnOnce(&[Run]) -> R,
 ) -> R {
     SCRATCH.with(|cell| match cell.try_borrow_mut() {
         Ok(mut s) => {
-            track(&mut s, keys, table_of, w);
+            track(&mut s, keys, views, mask, w);
             report(&s.runs)
         }
         // Only a lookup nested inside `report` gets here: it uses its own buffers.
         Err(_) => {
             let mut s = Scratch::default();
-            track(&mut s, keys, table_of, w);
+            track(&mut s, keys, views, mask, w);
             report(&s.runs)
         }
     })
 }
 
+/// Whether two slots read in a row have the same holders: equal inline
+/// slots (the common case deep in a query: same holders, same refcounts)
+/// are settled without splitting them.
+#[inline]
+fn same_holders(a: (&Table, u64), b: (&Table, u64)) -> bool {
+    (a.1 == b.1 && holder::split(a.1).0 != holder::OVERFLOW) || Table::same_holders(a.0, a.1, b.0, b.1)
+}
+
 /// Fills `s.runs` (see [`longest_runs`]).
-fn track<'t>(s: &mut Scratch, keys: &[u64], table_of: impl Fn(u64) -> &'t Table, w: &TierWeights) {
+fn track<'t>(s: &mut Scratch, keys: &[u64], views: &[TableView<'t>], mask: usize, w: &TierWeights) {
     let n = keys.len();
     let Some(&first) = keys.first() else {
         s.runs.iter().for_each(|r| s.cand_of_ep[usize::from(r.ep)] = 0);
         s.runs.clear();
         return;
     };
-    // Slots read SLOT_AHEAD keys early, in a ring, with their tables.
-    let mut ring = [(table_of(first), 0u64); SLOT_AHEAD];
-    let stage = |i: usize, ring: &mut [(&'t Table, u64); SLOT_AHEAD]| {
-        let table = table_of(keys[i]);
-        let slot = table.slot_of(keys[i]);
-        table.prefetch_overflow(slot);
-        ring[i % SLOT_AHEAD] = (table, slot);
+    let view_of = |order: u32| &views[order as usize & mask];
+    let prefetch = |k: u64| {
+        let order = key_order(k);
+        view_of(order).prefetch_order(order);
     };
-    for &k in &keys[..n.min(BUCKET_AHEAD)] {
-        table_of(k).prefetch_bucket(k);
-    }
+    // Slots read SLOT_AHEAD keys early, in a ring, with their tables.
+    let mut ring = [(view_of(key_order(first)).table(), 0u64); SLOT_AHEAD];
+    // A key not found near its home is left UNREAD, to be settled by the
+    // table's full search only if the loop gets to it (the keys staged past
+    // the end of the longest run are mostly such misses).
+    let stage = |i: usize, ring: &mut [(&'t Table, u64); SLOT_AHEAD]| {
+        let (k, order) = (keys[i], key_order(keys[i]));
+        let view = view_of(order);
+        let slot = view.slot_near(k, order).unwrap_or(holder::UNREAD);
+        view.table().prefetch_overflow(slot);
+        ring[i % SLOT_AHEAD] = (view.table(), slot);
+    };
+    let read = |i: usize, ring: &[(&'t Table, u64); SLOT_AHEAD]| match ring[i % SLOT_AHEAD] {
+        (table, holder::UNREAD) => (table, table.slot_of(keys[i])),
+        staged => staged,
+    };
+    keys[..n.min(BUCKET_AHEAD)].iter().for_each(|k| prefetch(*k));
     for i in 0..n.min(SLOT_AHEAD) {
         stage(i, &mut ring);
     }
-    let (table, slot) = ring[0];
+    let (table, slot) = read(0, &ring);
     // The loop below stages key i + SLOT_AHEAD from i = 1 on: stage the first one here.
     if let Some(&k) = keys.get(BUCKET_AHEAD) {
-        table_of(k).prefetch_bucket(k);
+        prefetch(k);
     }
     if SLOT_AHEAD < n {
         stage(SLOT_AHEAD, &mut ring);
@@ -287,14 +331,14 @@ fn track<'t>(s: &mut Scratch, keys: &[u64], table_of: impl Fn(u64) -> &'t Table,
     }
     let mut prev = (table, slot);
     for i in 1..n {
-        let (table, slot) = ring[i % SLOT_AHEAD];
+        let (table, slot) = read(i, &ring);
         if let Some(&k) = keys.get(i + BUCKET_AHEAD) {
-            table_of(k).prefetch_bucket(k);
+            prefetch(k);
         }
         if i + SLOT_AHEAD < n {
             stage(i + SLOT_AHEAD, &mut ring);
         }
-        if Table::same_holders(prev.0, prev.1, table, slot) {
+        if same_holders(prev, (table, slot)) {
             // Every live run holds this key too.
             tracker.count_block(table, slot);
         } else {
@@ -332,14 +376,14 @@ mod tests {
         t.add(6, 100, 0, AddMode::Set);
         let w = TierWeights::default();
         let want: Vec<_> = (0..70u16).map(|e| (e, 1 + usize::from(e % 4))).collect();
-        let table_of = |_| &t;
-        assert_eq!(longest_runs(&[1, 2, 3, 4], table_of, &w, blocks), want);
+        let views = [t.view()];
+        assert_eq!(longest_runs(&[1, 2, 3, 4], &views, 0, &w, blocks), want);
         // The candidates of the lookup before are gone.
-        assert_eq!(longest_runs(&[5, 6, 1], table_of, &w, blocks), vec![(100, 2)]);
-        let (outer, inner) = longest_runs(&[1, 2, 3, 4], table_of, &w, |runs| {
-            (blocks(runs), longest_runs(&[5, 6], table_of, &w, blocks))
+        assert_eq!(longest_runs(&[5, 6, 1], &views, 0, &w, blocks), vec![(100, 2)]);
+        let (outer, inner) = longest_runs(&[1, 2, 3, 4], &views, 0, &w, |runs| {
+            (blocks(runs), longest_runs(&[5, 6], &views, 0, &w, blocks))
         });
         assert_eq!((outer, inner), (want, vec![(100, 2)]));
-        assert_eq!(longest_runs(&[], table_of, &w, blocks), vec![]);
+        assert_eq!(longest_runs(&[], &views, 0, &w, blocks), vec![]);
     }
 }

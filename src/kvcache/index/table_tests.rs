@@ -186,3 +186,31 @@ fn same_holders_compares_identities_not_refcounts() {
     assert!(a.remove(30, 4, 0, RemoveMode::Force));
     assert!(same(&a, 30, &b, 40), "the same set in another order");
 }
+
+#[test]
+fn a_lookup_finds_keys_far_from_their_home() {
+    // Forty keys of one order: all but the first few sit past the buckets a lookup checks
+    // near the home when it stages a key, so those are read when the loop reaches them.
+    let inv = spread_inverse();
+    let base = (1u64 << 40).wrapping_mul(inv);
+    let crowd: Vec<u64> = (1..=40u64).map(|i| base.wrapping_add(i.wrapping_mul(inv))).collect();
+    assert!(crowd.iter().all(|k| key_order(*k) == key_order(crowd[0])));
+    let mut t = Table::new(1000, 3);
+    for (i, k) in crowd.iter().enumerate() {
+        t.add(*k, 1, 0, AddMode::Set);
+        if i < 25 {
+            t.add(*k, 2, 0, AddMode::Set);
+        }
+    }
+    let mut query = crowd.clone();
+    query.push(base.wrapping_add(99u64.wrapping_mul(inv))); // a miss in the crowd ends both runs
+    query.extend(&crowd[..5]);
+    let views = [t.view()];
+    let w = super::super::TierWeights::default();
+    let runs = super::super::runs::longest_runs(&query, &views, 0, &w, |runs| {
+        let mut v: Vec<_> = runs.iter().map(|r| (r.ep, r.blocks, r.weighted)).collect();
+        v.sort_by_key(|r| r.0);
+        v
+    });
+    assert_eq!(runs, vec![(1, 40, 40.0), (2, 25, 25.0)]);
+}
