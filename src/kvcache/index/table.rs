@@ -148,10 +148,16 @@ impl<'t> TableView<'t> {
         self.table
     }
 
-    /// Starts loading the home bucket of the keys of order `order`.
+    /// Starts loading the cache lines of the home bucket of the keys of
+    /// order `order` and of the bucket four past it: a held key sits a few
+    /// buckets past its home (about three on average at these loads), often
+    /// on the next line. The second line made lookups of 32-128 keys 8-11 %
+    /// faster (2026-12-07, repeated lookups, four alternations).
     #[inline]
     pub fn prefetch_order(&self, order: u32) {
-        prefetch(self.buckets.as_ptr().wrapping_add(bucket_of(order, self.homes)));
+        let home = self.buckets.as_ptr().wrapping_add(bucket_of(order, self.homes));
+        prefetch(home);
+        prefetch(home.wrapping_add(4));
     }
 
     /// The slot of `key` (of order `order`, its `key_order`) when it sits in
