@@ -301,12 +301,19 @@ impl PrefixIndex {
             views.push(table.view());
         }
         runs::longest_runs(keys, &views, self.shard_mask, &self.config.tier_weights, |runs| {
-            let mut out = Vec::with_capacity(runs.len());
-            for r in runs.iter().filter(|r| r.blocks > 0) {
-                if let Some(name) = reg.name(r.ep) {
-                    out.push(EndpointMatch { endpoint: name.clone(), blocks: r.blocks, weighted: r.weighted });
-                }
-            }
+            // Picked first, then written with one exactly sized `extend` over a slice, which
+            // stores each match straight into the result: the pushes of a filtered iterator
+            // built each match on the stack and read it back in 16-byte halves, stalling on
+            // store-to-load forwarding twice per match (perf, 2026-12-07).
+            let picked: SmallVec<[(&Arc<str>, usize, f64); 64]> = (runs.iter().filter(|r| r.blocks > 0))
+                .filter_map(|r| Some((reg.name(r.ep)?, r.blocks, r.weighted)))
+                .collect();
+            let mut out = Vec::with_capacity(picked.len());
+            out.extend(picked.iter().map(|&(name, blocks, weighted)| EndpointMatch {
+                endpoint: name.clone(),
+                blocks,
+                weighted,
+            }));
             out
         })
     }

@@ -284,6 +284,20 @@ fn same_holders(a: (&Table, u64), b: (&Table, u64)) -> bool {
     (a.1 == b.1 && holder::split(a.1).0 != holder::OVERFLOW) || Table::same_holders(a.0, a.1, b.0, b.1)
 }
 
+/// Reads the slot of key `i` into its place in `ring`, and starts loading
+/// its overflow list. A key not found near its home is left UNREAD, to be
+/// settled by the table's full search only if the loop gets to it (the keys
+/// staged past the end of the longest run are mostly such misses). Always
+/// inlined: it runs once per key, from three places.
+#[inline(always)]
+fn stage<'t>(keys: &[u64], views: &[TableView<'t>], mask: usize, i: usize, ring: &mut [(&'t Table, u64); SLOT_AHEAD]) {
+    let (k, order) = (keys[i], key_order(keys[i]));
+    let view = &views[order as usize & mask];
+    let slot = view.slot_near(k, order).unwrap_or(holder::UNREAD);
+    view.table().prefetch_overflow(slot);
+    ring[i % SLOT_AHEAD] = (view.table(), slot);
+}
+
 /// Fills `s.runs` (see [`longest_runs`]).
 fn track<'t>(s: &mut Scratch, keys: &[u64], views: &[TableView<'t>], mask: usize, w: &TierWeights) {
     let n = keys.len();
@@ -299,16 +313,7 @@ fn track<'t>(s: &mut Scratch, keys: &[u64], views: &[TableView<'t>], mask: usize
     };
     // Slots read SLOT_AHEAD keys early, in a ring, with their tables.
     let mut ring = [(view_of(key_order(first)).table(), 0u64); SLOT_AHEAD];
-    // A key not found near its home is left UNREAD, to be settled by the
-    // table's full search only if the loop gets to it (the keys staged past
-    // the end of the longest run are mostly such misses).
-    let stage = |i: usize, ring: &mut [(&'t Table, u64); SLOT_AHEAD]| {
-        let (k, order) = (keys[i], key_order(keys[i]));
-        let view = view_of(order);
-        let slot = view.slot_near(k, order).unwrap_or(holder::UNREAD);
-        view.table().prefetch_overflow(slot);
-        ring[i % SLOT_AHEAD] = (view.table(), slot);
-    };
+    let stage = |i: usize, ring: &mut [(&'t Table, u64); SLOT_AHEAD]| stage(keys, views, mask, i, ring);
     let read = |i: usize, ring: &[(&'t Table, u64); SLOT_AHEAD]| match ring[i % SLOT_AHEAD] {
         (table, holder::UNREAD) => (table, table.slot_of(keys[i])),
         staged => staged,
