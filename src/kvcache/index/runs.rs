@@ -290,7 +290,13 @@ fn same_holders(a: (&Table, u64), b: (&Table, u64)) -> bool {
 /// staged past the end of the longest run are mostly such misses). Always
 /// inlined: it runs once per key, from three places.
 #[inline(always)]
-fn stage<'t>(keys: &[u64], views: &[TableView<'t>], mask: usize, i: usize, ring: &mut [(&'t Table, u64); SLOT_AHEAD]) {
+fn stage_key<'t>(
+    keys: &[u64],
+    views: &[TableView<'t>],
+    mask: usize,
+    i: usize,
+    ring: &mut [(&'t Table, u64); SLOT_AHEAD],
+) {
     let (k, order) = (keys[i], key_order(keys[i]));
     let view = &views[order as usize & mask];
     let slot = view.slot_near(k, order).unwrap_or(holder::UNREAD);
@@ -313,7 +319,7 @@ fn track<'t>(s: &mut Scratch, keys: &[u64], views: &[TableView<'t>], mask: usize
     };
     // Slots read SLOT_AHEAD keys early, in a ring, with their tables.
     let mut ring = [(view_of(key_order(first)).table(), 0u64); SLOT_AHEAD];
-    let stage = |i: usize, ring: &mut [(&'t Table, u64); SLOT_AHEAD]| stage(keys, views, mask, i, ring);
+    let stage = |i: usize, ring: &mut [(&'t Table, u64); SLOT_AHEAD]| stage_key(keys, views, mask, i, ring);
     let read = |i: usize, ring: &[(&'t Table, u64); SLOT_AHEAD]| match ring[i % SLOT_AHEAD] {
         (table, holder::UNREAD) => (table, table.slot_of(keys[i])),
         staged => staged,
