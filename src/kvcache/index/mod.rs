@@ -40,7 +40,7 @@ use smallvec::SmallVec;
 use self::engine_map::EngineMap;
 use self::holder::EndpointId;
 use self::registry::Registry;
-use self::table::{KeyRef, RefMatch, Table, TableView, key_order, ref_order};
+use self::table::{KeyRef, RefMatch, Table, TableView, key_order, ref_order, shard_of};
 use super::events::Tier;
 use super::hashing::VllmHasher;
 use super::keys::{RequestKeyAlgo, RequestKeyer};
@@ -179,11 +179,9 @@ impl PrefixIndex {
         self.shard_of_order(key_order(key))
     }
 
-    /// The shard of every key of order `order`: its low bits, which are
-    /// independent of the in-table position (the top bits of the same order)
-    /// while a shard has fewer than `2^(32 - log2 shards)` buckets.
+    /// The shard of every key of order `order` (see [`table::shard_of`]).
     fn shard_of_order(&self, order: u32) -> usize {
-        order as usize & self.shard_mask
+        shard_of(order, self.shard_mask)
     }
 
     fn shard(&self, key: u64) -> &Shard {
@@ -294,11 +292,10 @@ impl PrefixIndex {
         }
         // Per shard the view of its locked table; shards no key falls in get any locked one (never read).
         let Some(any) = guards.first() else { return Vec::new() };
-        let mut locked = guards.iter();
+        let (mut locked, any) = (guards.iter(), any.view());
         let mut views: SmallVec<[TableView<'_>; 16]> = SmallVec::new();
         for s in 0..self.shards.len() {
-            let table = if wants(s) { locked.next().unwrap_or(any) } else { any };
-            views.push(table.view());
+            views.push(if wants(s) { locked.next().map_or(any, |g| g.view()) } else { any });
         }
         runs::longest_runs(keys, &views, self.shard_mask, &self.config.tier_weights, |runs| {
             // Picked first, then written with one exactly sized `extend` over a slice, which

@@ -34,7 +34,7 @@ use std::cell::RefCell;
 
 use super::TierWeights;
 use super::holder::{self, EndpointId};
-use super::table::{Table, TableView, key_order};
+use super::table::{Table, TableView, key_order, shard_of};
 use crate::kvcache::events::Tier;
 
 /// How many keys ahead a lookup prefetches a key's bucket.
@@ -253,7 +253,7 @@ impl<'a> Tracker<'a> {
 }
 
 /// Per candidate endpoint, the run of `keys` it holds from the first
-/// (key `k` lives in `views[key_order(k) & mask]`), runs of 0 blocks
+/// (key `k` lives in `views[shard_of(key_order(k), mask)]`), runs of 0 blocks
 /// included, passed to `report`.
 pub(super) fn longest_runs<R>(
     keys: &[u64],
@@ -276,14 +276,6 @@ pub(super) fn longest_runs<R>(
     })
 }
 
-/// Whether two slots read in a row have the same holders: equal inline
-/// slots (the common case deep in a query: same holders, same refcounts)
-/// are settled without splitting them.
-#[inline]
-fn same_holders(a: (&Table, u64), b: (&Table, u64)) -> bool {
-    (a.1 == b.1 && holder::split(a.1).0 != holder::OVERFLOW) || Table::same_holders(a.0, a.1, b.0, b.1)
-}
-
 /// Reads the slot of key `i` into its place in `ring`, and starts loading
 /// its overflow list. A key not found near its home is left UNREAD, to be
 /// settled by the table's full search only if the loop gets to it (the keys
@@ -298,7 +290,7 @@ fn stage_key<'t>(
     ring: &mut [(&'t Table, u64); SLOT_AHEAD],
 ) {
     let (k, order) = (keys[i], key_order(keys[i]));
-    let view = &views[order as usize & mask];
+    let view = &views[shard_of(order, mask)];
     let slot = view.slot_near(k, order).unwrap_or(holder::UNREAD);
     view.table().prefetch_overflow(slot);
     ring[i % SLOT_AHEAD] = (view.table(), slot);
@@ -312,7 +304,7 @@ fn track<'t>(s: &mut Scratch, keys: &[u64], views: &[TableView<'t>], mask: usize
         s.runs.clear();
         return;
     };
-    let view_of = |order: u32| &views[order as usize & mask];
+    let view_of = |order: u32| &views[shard_of(order, mask)];
     let prefetch = |k: u64| {
         let order = key_order(k);
         view_of(order).prefetch_order(order);
@@ -349,7 +341,7 @@ fn track<'t>(s: &mut Scratch, keys: &[u64], views: &[TableView<'t>], mask: usize
         if i + SLOT_AHEAD < n {
             stage(i + SLOT_AHEAD, &mut ring);
         }
-        if same_holders(prev, (table, slot)) {
+        if Table::same_holders(prev.0, prev.1, table, slot) {
             // Every live run holds this key too.
             tracker.count_block(table, slot);
         } else {

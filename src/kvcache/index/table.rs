@@ -71,6 +71,13 @@ pub fn ref_order(kref: KeyRef) -> u32 {
     (kref >> (REF_BITS - 32)) as u32
 }
 
+/// The shard of the keys of order `order` among `mask + 1` shards (a power
+/// of two): the order's low bits, independent of the in-table position (its
+/// top bits) while a shard has fewer than `2^(32 - log2 shards)` buckets.
+pub fn shard_of(order: u32, mask: usize) -> usize {
+    order as usize & mask
+}
+
 /// Home bucket of order `order` in a table of `n` buckets (any `n` < 2^32).
 pub fn bucket_of(order: u32, n: usize) -> usize {
     ((u64::from(order) * n as u64) >> 32) as usize
@@ -387,10 +394,13 @@ impl Table {
     /// Whether slot `sa` of `a` and slot `sb` of `b` have the same holders,
     /// refcounts aside: inline slots compare their two holders in order,
     /// overflow lists their holder-set fingerprints (see [`super::slab`]),
-    /// so neither list is read.
+    /// so neither list is read. Equal inline slots (the common case deep in
+    /// a lookup: same holders, same refcounts) are settled first.
+    #[inline]
     pub fn same_holders(a: &Table, sa: u64, b: &Table, sb: u64) -> bool {
         let ((alo, ahi), (blo, bhi)) = (holder::split(sa), holder::split(sb));
         match (alo == OVERFLOW, blo == OVERFLOW) {
+            (false, false) if sa == sb => true,
             (false, false) => {
                 // 0 is "no holder"; a holder's identity can be 0 (endpoint 0, tier 0).
                 let id = |h: u32| if h == 0 { u32::MAX } else { holder::identity(h) };
