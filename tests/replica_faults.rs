@@ -87,6 +87,11 @@ async fn wait_ready(epp: &mut EppProcess) {
     .await;
 }
 
+/// How many times `epp`'s log says its sync reader lost Redis (the gauge covers both tasks).
+fn reader_outages(epp: &EppProcess) -> usize {
+    epp.stderr().lines().filter(|l| l.contains("Redis unreachable") && l.contains("Reader")).count()
+}
+
 /// `inference_pool_ready_pods` (whatever its pool label).
 fn ready_pods(text: &str) -> f64 {
     text.lines()
@@ -343,11 +348,20 @@ async fn a_replica_cut_off_by_the_network_routes_locally_and_converges_after_the
     stream.mark_and_wait(&b).await;
     assert_eq!(follow_ups_kept(&b, 0..8, &before).await, 8, "before the cut");
 
+    let reader_drops = reader_outages(&b);
     redis_side_of_b.down();
     let text = wait_metrics(&b, "B notices the cut", WAIT, |t| {
         metric(t, "epp_replica_sync_connected") == 0.0 && metric(t, "epp_replica_sync_peers") == 0.0
     })
     .await;
+    // The cut lasts until B's reader has given up its connection too (its blocked `XREAD`
+    // times out after 3 s): a shorter cut heals under the open connection, which is right but
+    // leaves nothing to resync, and the publisher alone already zeroes the gauge above.
+    let deadline = Instant::now() + WAIT;
+    while reader_outages(&b) == reader_drops {
+        assert!(Instant::now() < deadline, "B's reader notices the cut: not within {WAIT:?}\n{}", b.stderr());
+        tokio::time::sleep(POLL).await;
+    }
     assert_eq!(metric(&text, "epp_replica_sync_outages_total"), 1.0);
     wait_metrics(&a, "A forgets B", WAIT, |t| metric(t, "epp_replica_sync_peers") == 0.0).await;
     // During the cut: A starts 8 conversations (in the stream before B decides: B's own
