@@ -22,5 +22,6 @@ seed kv_event_batch "$fixtures"/kv_events/*
 targets=(extproc_stream request_parsers prom_text endpoints_file picker_config cel chat_template zmtp_frames kv_event_batch)
 for t in "${targets[@]}"; do
     echo "== $t (${secs}s)"
+    mkdir -p "corpus/$t" # a target with no seeds (zmtp_frames) starts from an empty corpus
     cargo +nightly fuzz run "$t" "corpus/$t" -- -max_total_time="$secs" -rss_limit_mb=2048 -max_len=65536 2>&1 | tail -4
 done

@@ -36,7 +36,7 @@ fn world() -> &'static World {
             let loaded = epp::app::load_config(None, &cx, epp::scheduling::metrics::SchedulerMetrics::detached())
                 .expect("default config");
             Arc::new(Shared {
-                scheduler: arc_swap::ArcSwap::from_pointee(loaded.scheduler),
+                scheduler: epp::scheduling::handle::SchedulerHandle::new(loaded.scheduler),
                 store,
                 metrics: Arc::new(epp::telemetry::metrics::RequestMetrics::register(&registry).expect("metrics")),
                 options: ExtProcOptions { max_body_bytes: 1 << 20, ..Default::default() },
