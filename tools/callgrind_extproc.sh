@@ -7,13 +7,15 @@
 # idle work (scrapes, timers) cancel out. Instruction counts are repeatable on a loaded machine.
 # Usage: tools/callgrind_extproc.sh [SERVER...]   SERVER: epp | floor (default: both)
 # Env: EPP (target/release/epp), TOOLS (target/release/epp-tools), SIZES (1k 10k 100k),
-#      MODES (full-duplex buffered), LOW/HIGH (rates, default 10/30), SECS (8), OUT (dir).
+#      MODES (full-duplex buffered), SHAPE (body shape: plain, or turns for a multi-turn chat
+#      with escapes), LOW/HIGH (rates, default 10/30), SECS (8), OUT (dir).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 epp=${EPP:-target/release/epp}
 tools=${TOOLS:-target/release/epp-tools}
 sizes=${SIZES:-1k 10k 100k}
 modes=${MODES:-full-duplex buffered}
+shape=${SHAPE:-plain}
 low=${LOW:-10}
 high=${HIGH:-30}
 secs=${SECS:-8}
@@ -66,7 +68,7 @@ for server in "${@:-floor epp}"; do
           file="$out/$s-$mode-$size-$rate.cg"
           start_server "$s" "$file"
           line=$("$tools" bench extproc --target "127.0.0.1:$port" --rate "$rate" --duration "${secs}s" \
-            --warmup 0s --body-mode "$mode" --body-size "$size" --timeout 30s --json)
+            --warmup 0s --body-mode "$mode" --body-size "$size" --body-shape "$shape" --timeout 30s --json)
           kill -TERM "$server"
           wait "$server" || true
           ir[$rate]=$(total_ir "$file")

@@ -225,3 +225,23 @@ proptest::proptest! {
         }
     }
 }
+
+proptest::proptest! {
+    /// The vectorised UTF-8 check accepts and rejects exactly what std's does.
+    #[test]
+    fn body_text_agrees_with_std(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300), text in ".{0,100}") {
+        for input in [bytes.as_slice(), text.as_bytes()] {
+            let ours = super::body_text(input).map_err(|e| e.to_string());
+            let std = std::str::from_utf8(input).map_err(|e| BodyError::NotUtf8(e).to_string());
+            proptest::prop_assert_eq!(ours, std);
+        }
+    }
+}
+
+#[test]
+fn bodies_in_non_latin_scripts_parse() {
+    let body = r#"{"model":"m","messages":[{"role":"user","content":"東京の天気は？ Погода в Москве? ☀️"}]}"#;
+    let parsed = parse_body(ApiKind::ChatCompletions, body.as_bytes()).expect("valid UTF-8 JSON");
+    let Prompt::Chat(chat) = parsed.prompt else { panic!("a chat prompt") };
+    assert_eq!(chat.messages[0].content, MessageContent::Text("東京の天気は？ Погода в Москве? ☀️".into()));
+}

@@ -24,6 +24,19 @@ impl BodyMode {
     }
 }
 
+/// What the chat bodies look like.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BodyShape {
+    /// A system prompt and one user turn of plain ASCII words: the body the floor
+    /// comparisons have always used; its strings have no escapes.
+    Plain,
+    /// A system prompt, then many short user and assistant turns (some multi-part, with an
+    /// image URL), text with quotes, newlines and non-ASCII letters, and a `tools` array: the
+    /// shape of a real multi-turn chat, whose strings a JSON parser must unescape.
+    Turns,
+}
+
 /// Flags of `epp bench extproc`.
 #[derive(Clone, Debug, clap::Args)]
 pub struct ExtprocArgs {
@@ -45,6 +58,9 @@ pub struct ExtprocArgs {
     /// Body size: bytes, or with a k / m suffix (10k = 10,000 bytes, 1m = 1,000,000).
     #[arg(long, default_value = "10k", value_parser = parse_size)]
     pub body_size: usize,
+    /// Shape of the chat bodies.
+    #[arg(long, value_enum, default_value = "plain")]
+    pub body_shape: BodyShape,
     /// Largest body chunk sent in one message (full duplex), like Envoy's buffer slices.
     #[arg(long, default_value = "64k", value_parser = parse_size)]
     pub chunk_size: usize,

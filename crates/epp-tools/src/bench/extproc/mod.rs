@@ -84,7 +84,8 @@ pub fn sweep(args: &ExtprocArgs, mut each: impl FnMut(&RateReport)) -> anyhow::R
         anyhow::Ok(())
     })();
     let result = started.and_then(|()| {
-        let workload = Arc::new(workload::Workload::new(args.body_mode, args.body_size, args.chunk_size));
+        let workload =
+            Arc::new(workload::Workload::new(args.body_mode, args.body_shape, args.body_size, args.chunk_size));
         let mut loads = Vec::new();
         for target in &targets {
             let requests = Requests {
@@ -149,6 +150,7 @@ fn measure(
     let mut row = RateReport {
         server: target.name,
         body_mode: args.body_mode,
+        body_shape: args.body_shape,
         body_bytes: requests.workload.body_bytes(),
         rate_target: rate,
         rate_achieved: r.ok as f64 / r.elapsed.as_secs_f64().max(1e-9),

@@ -11,6 +11,8 @@ pub struct RateReport {
     pub server: &'static str,
     /// Body mode.
     pub body_mode: super::args::BodyMode,
+    /// Body shape.
+    pub body_shape: super::args::BodyShape,
     /// Body bytes per request.
     pub body_bytes: usize,
     /// Offered rate, requests per second.
@@ -137,6 +139,7 @@ mod tests {
         let mut r = RateReport {
             server: "epp",
             body_mode: super::super::args::BodyMode::Buffered,
+            body_shape: super::super::args::BodyShape::Plain,
             body_bytes: 10_000,
             rate_target: rate,
             rate_achieved: achieved,

@@ -3,12 +3,12 @@
 //! with `end_of_stream` on the last one), over a rotating set of chat bodies that share
 //! system prompts in groups, so prefix-aware scoring sees realistic reuse.
 
-use crate::bench::synthetic::chat_body;
+use crate::bench::synthetic::{chat_body, chat_turns_body};
 use epp::proto::envoy::config::core::v3::{HeaderMap, HeaderValue};
 use epp::proto::ext_proc::processing_request::Request;
 use epp::proto::ext_proc::{HttpBody, HttpHeaders, ProcessingRequest, ProtocolConfiguration};
 
-use super::args::BodyMode;
+use super::args::{BodyMode, BodyShape};
 
 /// Prefix groups (distinct system prompts) in the body set.
 pub const GROUPS: u32 = 8;
@@ -20,13 +20,17 @@ pub struct Workload {
 }
 
 impl Workload {
-    /// Bodies of about `body_size` bytes (fewer distinct bodies for large sizes, to bound
-    /// memory), cut into `chunk_size` messages.
-    pub fn new(mode: BodyMode, body_size: usize, chunk_size: usize) -> Self {
+    /// Bodies of `shape` and about `body_size` bytes (fewer distinct bodies for large sizes,
+    /// to bound memory), cut into `chunk_size` messages.
+    pub fn new(mode: BodyMode, shape: BodyShape, body_size: usize, chunk_size: usize) -> Self {
         let distinct: u32 = if body_size >= 500_000 { 16 } else { 64 };
+        let make = match shape {
+            BodyShape::Plain => chat_body,
+            BodyShape::Turns => chat_turns_body,
+        };
         let sequences = (0..distinct)
             .map(|i| {
-                let body = chat_body(body_size, i % GROUPS, i);
+                let body = make(body_size, i % GROUPS, i);
                 (sequence(mode, &body, chunk_size), body.len())
             })
             .collect();
@@ -113,12 +117,33 @@ mod tests {
 
     #[test]
     fn buffered_sends_one_body_message() {
-        let w = Workload::new(BodyMode::Buffered, 1_000, 100);
+        let w = Workload::new(BodyMode::Buffered, BodyShape::Plain, 1_000, 100);
         let (msgs, len) = w.messages(3);
         assert_eq!(msgs.len(), 2);
         let Some(Request::RequestBody(b)) = &msgs[1].request else { panic!("body message expected") };
         assert_eq!(b.body.len(), len);
         assert!((900..=1_100).contains(&w.body_bytes()), "{}", w.body_bytes());
         assert_eq!(msgs[0].protocol_config.as_ref().map(|p| p.request_body_mode), Some(2));
+    }
+
+    #[test]
+    fn turns_bodies_are_many_escaped_turns_that_epp_parses() {
+        use epp::request::openai::{ApiKind, Prompt, parse_body};
+        let w = Workload::new(BodyMode::Buffered, BodyShape::Turns, 10_000, 64_000);
+        assert!((10_000..=10_600).contains(&w.body_bytes()), "{}", w.body_bytes());
+        let body = |n: u64| {
+            let (msgs, _) = w.messages(n);
+            let Some(Request::RequestBody(b)) = &msgs[1].request else { panic!("body message expected") };
+            b.body.clone()
+        };
+        let text = String::from_utf8(body(0)).expect("utf-8");
+        assert!(text.contains("\\\"") && text.contains("\\n") && !text.is_ascii(), "escapes and non-ASCII text");
+        let parsed = parse_body(ApiKind::ChatCompletions, &body(0)).expect("epp parses it");
+        let Prompt::Chat(chat) = parsed.prompt else { panic!("a chat prompt") };
+        assert!(chat.messages.len() > 40 && chat.tools.is_some(), "{} messages", chat.messages.len());
+        // Bodies of one group share their first turns; other groups' do not.
+        let head = |n: u64| body(n)[..4_000].to_vec();
+        assert_eq!(head(0), head(u64::from(GROUPS)));
+        assert_ne!(head(0), head(1));
     }
 }
