@@ -55,6 +55,7 @@ pub fn chat_turns_body(bytes: usize, group: u32, salt: u32) -> Vec<u8> {
     let mut size = 400;
     let mut turn = 0usize;
     while size < bytes {
+        // Group seeds are small; salts are moved past them so no body's own turns repeat a group's.
         let seed = if size < bytes / 2 { group } else { salt.wrapping_add(1 << 16) } as usize;
         let at = seed.wrapping_mul(7).wrapping_add(turn);
         let text: String = (0..1 + at % 3).map(|k| SENTENCES[(at + k) % SENTENCES.len()]).collect();

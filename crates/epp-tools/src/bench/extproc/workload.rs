@@ -1,7 +1,8 @@
 //! What each benchmark request sends: Envoy's ext_proc message sequence for an OpenAI
 //! `/v1/chat/completions` request (headers with `protocol_config`, then the body in chunks
 //! with `end_of_stream` on the last one), over a rotating set of chat bodies that share
-//! system prompts in groups, so prefix-aware scoring sees realistic reuse.
+//! their beginning in groups (the system prompt of a plain body, the first half of the turns
+//! of a multi-turn one), so prefix-aware scoring sees realistic reuse.
 
 use crate::bench::synthetic::{chat_body, chat_turns_body};
 use epp::proto::envoy::config::core::v3::{HeaderMap, HeaderValue};
