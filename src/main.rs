@@ -8,6 +8,10 @@ use epp::extproc::service::ExtProcOptions;
 use epp::scrape_flags::ScrapeFlags;
 use epp::shutdown::DrainPlan;
 
+/// mimalloc (see `epp::memory`).
+#[global_allocator]
+static ALLOCATOR: epp::memory::Allocator = epp::memory::Allocator;
+
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse_go();
     let serve = &cli.serve;

@@ -1,7 +1,8 @@
 //! `/debug/pprof/` on the metrics port (`--enable-pprof`, GIE's flag): a CPU profile in
 //! pprof's protobuf format (`/debug/pprof/profile?seconds=N`, sampled by the `pprof` crate
-//! through `SIGPROF` only while a profile runs) and the allocator's heap statistics
-//! (`/debug/pprof/heap`, glibc `mallinfo2` as text; not a Go heap profile: there is no
+//! through `SIGPROF` only while a profile runs) and the allocators' heap statistics
+//! (`/debug/pprof/heap`, mimalloc's committed bytes and glibc's `mallinfo2` as text; not a Go
+//! heap profile: there is no
 //! per-allocation-site data). One CPU profile runs at a time; a second request while one runs
 //! gets `429 Too Many Requests`.
 
@@ -99,7 +100,7 @@ pub async fn handle(path: &str, query: Option<&str>) -> DebugReply {
 
 const INDEX: &str = "\
 /debug/pprof/profile?seconds=N  CPU profile over N seconds (default 30, at most 120), pprof protobuf; one at a time
-/debug/pprof/heap               heap statistics of the allocator (glibc mallinfo2), text; not a Go heap profile
+/debug/pprof/heap               heap statistics of the allocators (mimalloc, glibc mallinfo2), text; not a Go heap profile
 /debug/state                    endpoints, prefix index, KV-event subscriptions and flow-control queues, JSON
 ";
 
@@ -139,9 +140,28 @@ async fn cpu_profile(query: Option<&str>) -> Result<Bytes, ProfileError> {
     tokio::task::spawn_blocking(encode).await.map_err(|e| ProfileError::Encode(e.to_string()))?
 }
 
-/// The allocator's counters (glibc `mallinfo2`) as `name value` lines.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
+/// The allocators' counters as `name value` lines: mimalloc's (the binaries' allocator, see
+/// `crate::memory`), then glibc's `mallinfo2` (C libraries and tests allocate there).
 pub fn heap_statistics() -> String {
+    let mut out = String::from("# mimalloc process info (the allocator of epp; not a Go heap profile)\n");
+    let mut v = [0usize; 8];
+    let [elapsed, user, system, rss, peak_rss, commit, peak_commit, faults] = &mut v;
+    // SAFETY: mi_process_info writes one usize through each of the eight pointers, all valid.
+    unsafe { libmimalloc_sys::mi_process_info(elapsed, user, system, rss, peak_rss, commit, peak_commit, faults) };
+    let mimalloc = [
+        ("mimalloc_committed_bytes", v[5], "memory mimalloc holds from the system, read/write"),
+        ("mimalloc_peak_committed_bytes", v[6], "the most it held"),
+    ];
+    for (name, value, meaning) in mimalloc {
+        out.push_str(&format!("{name} {value}  # {meaning}\n"));
+    }
+    out.push_str(&glibc_statistics());
+    out
+}
+
+/// glibc's `mallinfo2` counters as `name value` lines.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn glibc_statistics() -> String {
     // SAFETY: mallinfo2 takes no arguments and returns a plain struct by value.
     let info = unsafe { libc::mallinfo2() };
     let lines = [
@@ -153,17 +173,17 @@ pub fn heap_statistics() -> String {
         ("free_chunks", info.ordblks, "free chunks"),
         ("mmapped_chunks", info.hblks, "chunks allocated with mmap"),
     ];
-    let mut out = String::from("# glibc mallinfo2 (main arena and mmapped chunks; not a Go heap profile)\n");
+    let mut out = String::from("# glibc mallinfo2 (main arena and mmapped chunks)\n");
     for (name, value, meaning) in lines {
         out.push_str(&format!("{name} {value}  # {meaning}\n"));
     }
     out
 }
 
-/// Heap statistics are glibc's; other C libraries have none.
+/// glibc's counters exist only with glibc.
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-pub fn heap_statistics() -> String {
-    "heap statistics need glibc (mallinfo2)\n".to_string()
+fn glibc_statistics() -> String {
+    String::new()
 }
 
 #[cfg(test)]
@@ -189,6 +209,8 @@ mod tests {
                 .find_map(|l| l.strip_prefix(name)?.split_whitespace().next()?.parse::<u64>().ok())
                 .unwrap_or_else(|| panic!("{name} missing: {text}"))
         };
+        // Tests allocate with glibc; the binaries' mimalloc is reported too.
         assert!(value("mmapped_bytes ") + value("in_use_bytes ") >= 1 << 20, "{text}");
+        value("mimalloc_committed_bytes ");
     }
 }

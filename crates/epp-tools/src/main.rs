@@ -7,6 +7,10 @@ use clap::Parser;
 use epp::telemetry::tracing::{LogFormat, LogOptions, TimeEncoding};
 use epp_tools::cli::{Cli, Command};
 
+/// mimalloc (see `epp::memory`).
+#[global_allocator]
+static ALLOCATOR: epp::memory::Allocator = epp::memory::Allocator;
+
 /// logr verbosity just below the server's default `-v 2`.
 const DEFAULT_VERBOSITY: u8 = 1;
 
