@@ -8,6 +8,10 @@ use epp::endpoints::vllm_metrics::{builtin_engine, extract};
 use epp::request::estimate::estimate_tokens;
 use epp::request::openai::{ApiKind, parse_body, rewrite_model};
 
+/// The binaries' allocator, so figures match what `epp` does (see `epp::memory`).
+#[global_allocator]
+static ALLOCATOR: epp::memory::Allocator = epp::memory::Allocator;
+
 const VLLM_EXPOSITION: &str =
     include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/metrics/vllm-0.33.0.txt"));
 

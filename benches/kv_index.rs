@@ -11,6 +11,10 @@ use epp::kvcache::events::{BlockStored, EventBatch, KvEvent, Tier};
 use epp::kvcache::index::{AddMode, IndexConfig, KeyMode, PrefixIndex, RemoveMode};
 use epp::kvcache::keys::{RequestKeyer, request_keys};
 
+/// The binaries' allocator, so figures match what `epp` does (see `epp::memory`).
+#[global_allocator]
+static ALLOCATOR: epp::memory::Allocator = epp::memory::Allocator;
+
 const ENDPOINTS: usize = 64;
 const CHAIN: usize = 128;
 const TARGET_ENTRIES: usize = 10_000_000;

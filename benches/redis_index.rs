@@ -16,6 +16,10 @@ use epp::kvcache::events::{BlockStored, EventBatch, KvEvent, Tier};
 use epp::kvcache::index::{AddMode, IndexConfig, KeyMode, PrefixIndex, TierWeights};
 use epp::kvcache::{KvCacheMetrics, RedisIndex, RedisIndexConfig};
 
+/// The binaries' allocator, so figures match what `epp` does (see `epp::memory`).
+#[global_allocator]
+static ALLOCATOR: epp::memory::Allocator = epp::memory::Allocator;
+
 const ENDPOINTS: usize = 64;
 const CHAINS: usize = 512;
 const CHAIN: usize = 1024;

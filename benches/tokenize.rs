@@ -11,6 +11,10 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use epp::request::openai::{ApiKind, ChatPrompt, Prompt, parse_body};
 use epp::tokenize::local::{CacheBounds, LocalModel};
 
+/// The binaries' allocator, so figures match what `epp` does (see `epp::memory`).
+#[global_allocator]
+static ALLOCATOR: epp::memory::Allocator = epp::memory::Allocator;
+
 fn model(family: &str) -> LocalModel {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tokenizers").join(family);
     let bounds = CacheBounds { entries: NonZeroUsize::new(128).expect("non-zero"), bytes: 64 << 20 };
