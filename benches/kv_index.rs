@@ -196,13 +196,7 @@ fn main() {
 /// Printed next to the index's own byte count: what a process holding that many entries
 /// occupies, the bench's few MiB of baseline included.
 fn process_rss_mib() -> f64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let kib = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .unwrap_or(0.0);
-    kib / 1024.0
+    epp::memory::resident_kib().unwrap_or(0) as f64 / 1024.0
 }
 
 /// Endpoints per chain are 1..=N (env `KV_BENCH_MAX_HOLDERS`, default 3).

@@ -39,6 +39,14 @@ pub async fn run_trimmer(period: Duration, cancel: CancellationToken) {
 /// The binaries' global allocator: `#[global_allocator] static A: Allocator = Allocator;`.
 pub use mimalloc::MiMalloc as Allocator;
 
+/// This process's resident set in KiB (`VmRSS` of `/proc/self/status`); `None` where that
+/// file is missing or unreadable. What memory tests and benches measure.
+pub fn resident_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find_map(|l| l.strip_prefix("VmRSS:"))?;
+    line.split_whitespace().next()?.parse().ok()
+}
+
 /// Returns both allocators' free pages to the kernel (glibc's only on glibc targets).
 pub fn trim() {
     // SAFETY: mi_collect frees nothing in use; it returns the pages of empty segments of the
@@ -70,11 +78,7 @@ mod tests {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     #[test]
     fn trim_returns_freed_heap_pages() {
-        fn rss_kib() -> u64 {
-            let status = std::fs::read_to_string("/proc/self/status").expect("proc status");
-            let line = status.lines().find(|l| l.starts_with("VmRSS:")).expect("VmRSS line");
-            line.split_whitespace().nth(1).and_then(|v| v.parse().ok()).expect("VmRSS value")
-        }
+        let rss_kib = || resident_kib().expect("VmRSS of /proc/self/status");
         // Blocks below the mmap threshold (so they live in an arena), each followed by a small
         // pinned block that stays: freeing the big ones leaves holes the allocator never hands
         // back by itself (no free space at the top of the heap), only malloc_trim does.

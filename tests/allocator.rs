@@ -5,14 +5,9 @@
 #[global_allocator]
 static ALLOCATOR: epp::memory::Allocator = epp::memory::Allocator;
 
-fn rss_kib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").expect("proc status");
-    let line = status.lines().find(|l| l.starts_with("VmRSS:")).expect("VmRSS line");
-    line.split_whitespace().nth(1).and_then(|v| v.parse().ok()).expect("VmRSS value")
-}
-
 #[test]
 fn freed_memory_goes_back_to_the_kernel_after_a_trim() {
+    let rss_kib = || epp::memory::resident_kib().expect("VmRSS of /proc/self/status");
     let start = rss_kib();
     // 160 MiB in 8 KiB blocks, each followed by a small block that stays (so no whole region
     // becomes free by itself), as a burst of request bodies leaves the heap.

@@ -144,13 +144,14 @@ async fn cpu_profile(query: Option<&str>) -> Result<Bytes, ProfileError> {
 /// `crate::memory`), then glibc's `mallinfo2` (C libraries and tests allocate there).
 pub fn heap_statistics() -> String {
     let mut out = String::from("# mimalloc process info (the allocator of epp; not a Go heap profile)\n");
-    let mut v = [0usize; 8];
-    let [elapsed, user, system, rss, peak_rss, commit, peak_commit, faults] = &mut v;
-    // SAFETY: mi_process_info writes one usize through each of the eight pointers, all valid.
-    unsafe { libmimalloc_sys::mi_process_info(elapsed, user, system, rss, peak_rss, commit, peak_commit, faults) };
+    let (mut commit, mut peak_commit) = (0usize, 0usize);
+    let none = std::ptr::null_mut();
+    // SAFETY: mi_process_info writes through each pointer that is not null (the two given are
+    // valid) and skips the null ones.
+    unsafe { libmimalloc_sys::mi_process_info(none, none, none, none, none, &mut commit, &mut peak_commit, none) };
     let mimalloc = [
-        ("mimalloc_committed_bytes", v[5], "memory mimalloc holds from the system, read/write"),
-        ("mimalloc_peak_committed_bytes", v[6], "the most it held"),
+        ("mimalloc_committed_bytes", commit, "memory mimalloc holds from the system, read/write"),
+        ("mimalloc_peak_committed_bytes", peak_commit, "the most it held"),
     ];
     for (name, value, meaning) in mimalloc {
         out.push_str(&format!("{name} {value}  # {meaning}\n"));
