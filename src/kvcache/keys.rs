@@ -143,6 +143,12 @@ fn xxh3_content(tokens: &[u32], extras: &[&str], buf: &mut Vec<u8>) -> u64 {
     xxhash_rust::xxh3::xxh3_64(buf)
 }
 
+/// One `epp-xxh3` block key without extras: `chain(parent, XXH3(LE32(t)…))`. Also the chain of
+/// the approximate prefix producer, whose keys no other program reads either.
+pub(crate) fn epp_xxh3_block(parent: u64, tokens: &[u32], buf: &mut Vec<u8>) -> u64 {
+    fold_chain(parent, xxh3_content(tokens, &[], buf))
+}
+
 /// Request-key algorithm (llm-d `hashAlgorithm`, plus epp's own `epp-xxh3`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum RequestKeyAlgo {

@@ -14,6 +14,8 @@
 
 mod content;
 mod de;
+mod message;
+mod strings;
 
 use std::sync::Arc;
 
@@ -300,7 +302,7 @@ pub fn parse_body_with(api: ApiKind, body: &[u8], require_model: bool) -> Result
     // per-string validation `from_slice` would do (measured ~15% of a chat body parse).
     let text = body_text(body)?;
     let mut de = serde_json::Deserializer::from_str(text);
-    let raw = de::BodySeed(api).deserialize(&mut de).map_err(BodyError::Json)?;
+    let raw = de::BodySeed(api, strings::Strings::for_body(text)).deserialize(&mut de).map_err(BodyError::Json)?;
     de.end().map_err(BodyError::Json)?;
     raw.validate(api, require_model)
 }

@@ -1,5 +1,6 @@
 //! Serde visitors for the polymorphic body values: `prompt` / `input` / `items`
-//! ([`RawInput`]), chat messages and their `content`.
+//! ([`RawInput`]) and the parts of a multi-part message `content` (chat messages themselves
+//! are read by [`super::message`]).
 //!
 //! Each value is parsed once, straight into its final shape; a list's first element fixes
 //! its element type and mixed lists are rejected.
@@ -10,9 +11,7 @@ use std::fmt;
 use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 
-use serde_json::value::RawValue;
-
-use super::{ChatMessage, ContentPart, MessageContent, MessageExtras, RawJson};
+use super::{ChatMessage, ContentPart, MessageContent};
 use crate::request::multimodal::{MediaItem, part_key, part_key_of, part_modality};
 
 /// A polymorphic `prompt` / `input` / `items` value.
@@ -131,42 +130,6 @@ impl<'de> Deserialize<'de> for Elem {
             }
         }
         deserializer.deserialize_any(ElemVisitor)
-    }
-}
-
-#[derive(Deserialize)]
-struct MessageRepr {
-    #[serde(default)]
-    role: Option<String>,
-    #[serde(default = "no_content")]
-    content: MessageContent,
-    #[serde(default)]
-    name: Option<Box<RawValue>>,
-    #[serde(default)]
-    tool_calls: Option<Box<RawValue>>,
-    #[serde(default)]
-    tool_call_id: Option<Box<RawValue>>,
-}
-
-/// A JSON string value as a Rust string; anything else is `None`.
-fn as_string(raw: Option<Box<RawValue>>) -> Option<String> {
-    raw.and_then(|r| serde_json::from_str::<String>(r.get()).ok())
-}
-
-fn no_content() -> MessageContent {
-    MessageContent::None
-}
-
-impl<'de> Deserialize<'de> for ChatMessage {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<ChatMessage, D::Error> {
-        let repr = MessageRepr::deserialize(deserializer)?;
-        let extras = MessageExtras {
-            name: as_string(repr.name),
-            tool_calls: repr.tool_calls.filter(|r| r.get() != "null").map(RawJson),
-            tool_call_id: as_string(repr.tool_call_id),
-        };
-        let extras = (extras != MessageExtras::default()).then(|| Box::new(extras));
-        Ok(ChatMessage { role: repr.role.unwrap_or_default(), content: repr.content, extras })
     }
 }
 
@@ -295,32 +258,12 @@ impl<'de> Deserialize<'de> for MaybeStr<'de> {
     }
 }
 
-impl<'de> Deserialize<'de> for MessageContent {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<MessageContent, D::Error> {
-        struct ContentVisitor;
-        impl<'de> Visitor<'de> for ContentVisitor {
-            type Value = MessageContent;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a string, a list of content parts, or null")
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<MessageContent, E> {
-                Ok(MessageContent::Text(v.to_owned()))
-            }
-            fn visit_string<E: de::Error>(self, v: String) -> Result<MessageContent, E> {
-                Ok(MessageContent::Text(v))
-            }
-            fn visit_unit<E: de::Error>(self) -> Result<MessageContent, E> {
-                Ok(MessageContent::None)
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<MessageContent, A::Error> {
-                let mut parts = Vec::with_capacity(seq.size_hint().unwrap_or(2));
-                while let Some(p) = seq.next_element::<PartRepr>()? {
-                    let media = p.media();
-                    parts.push(ContentPart { kind: p.kind.unwrap_or_default(), text: p.text, media });
-                }
-                Ok(MessageContent::Parts(parts))
-            }
-        }
-        deserializer.deserialize_any(ContentVisitor)
+/// A multi-part `content` list: each part's type and text, and a media part's identity.
+pub(super) fn content_parts<'de, A: SeqAccess<'de>>(mut seq: A) -> Result<MessageContent, A::Error> {
+    let mut parts = Vec::with_capacity(seq.size_hint().unwrap_or(2));
+    while let Some(p) = seq.next_element::<PartRepr>()? {
+        let media = p.media();
+        parts.push(ContentPart { kind: p.kind.unwrap_or_default(), text: p.text, media });
     }
+    Ok(MessageContent::Parts(parts))
 }

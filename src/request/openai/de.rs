@@ -3,8 +3,8 @@
 //! The top-level object is walked key by key ([`BodySeed`]); only the fields relevant to the
 //! request's [`ApiKind`] are materialised, everything else is skipped with `IgnoredAny`.
 //! Polymorphic fields (`prompt`, `input`, `items`, `content`) use the hand-written visitors
-//! of [`super::content`], so a value is parsed once, with no intermediate
-//! `serde_json::Value`. [`ModelSpans`] locates the top-level `model` value for the rewrite.
+//! of [`super::content`] and [`super::message`], so a value is parsed once, with no
+//! intermediate `serde_json::Value`; `messages` contents are read as [`Strings`] decides. [`ModelSpans`] locates the top-level `model` value for the rewrite.
 
 use std::fmt;
 use std::sync::Arc;
@@ -14,6 +14,8 @@ use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visi
 use serde_json::value::RawValue;
 
 use super::content::RawInput;
+use super::message::MessagesSeed;
+use super::strings::Strings;
 use super::{
     ApiKind, BodyError, ChatMessage, ChatPrompt, EmbeddingsInput, ParsedBody, Prompt, RawJson, ResponsesInput,
     ResponsesPrompt, TemplateOptions,
@@ -119,10 +121,11 @@ fn embeddings_input(input: Option<RawInput>) -> Result<Prompt, BodyError> {
     Ok(Prompt::Embeddings(input))
 }
 
-/// Deserializes the top-level object for one [`ApiKind`].
-pub(super) struct BodySeed(pub(super) ApiKind);
+/// Deserializes the top-level object for one [`ApiKind`], reading message contents as
+/// [`Strings`] says.
+pub(super) struct BodySeed<'b>(pub(super) ApiKind, pub(super) Strings<'b>);
 
-impl<'de> DeserializeSeed<'de> for BodySeed {
+impl<'de> DeserializeSeed<'de> for BodySeed<'_> {
     type Value = RawBody;
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<RawBody, D::Error> {
@@ -130,7 +133,7 @@ impl<'de> DeserializeSeed<'de> for BodySeed {
     }
 }
 
-impl<'de> Visitor<'de> for BodySeed {
+impl<'de> Visitor<'de> for BodySeed<'_> {
     type Value = RawBody;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -151,7 +154,7 @@ impl<'de> Visitor<'de> for BodySeed {
                     };
                 }
                 (Key::Prompt, Completions) => body.prompt = map.next_value()?,
-                (Key::Messages, ChatCompletions) => body.messages = map.next_value()?,
+                (Key::Messages, ChatCompletions) => body.messages = map.next_value_seed(MessagesSeed(self.1))?,
                 (Key::Input, Responses | Embeddings) => body.input = map.next_value()?,
                 (Key::Items, Conversations) => body.items = map.next_value()?,
                 (Key::Instructions, Responses) => body.instructions = lenient_string(&mut map)?,

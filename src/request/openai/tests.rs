@@ -245,3 +245,80 @@ fn bodies_in_non_latin_scripts_parse() {
     let Prompt::Chat(chat) = parsed.prompt else { panic!("a chat prompt") };
     assert_eq!(chat.messages[0].content, MessageContent::Text("東京の天気は？ Погода в Москве? ☀️".into()));
 }
+
+/// Parses a chat body with message contents read as `strings` says (not as the body decides).
+fn parse_chat_with(text: &str, strings: strings::Strings<'_>) -> Result<ParsedBody, String> {
+    use serde::de::DeserializeSeed;
+    let mut de = serde_json::Deserializer::from_str(text);
+    let raw = de::BodySeed(ApiKind::ChatCompletions, strings).deserialize(&mut de).map_err(|e| e.to_string())?;
+    de.end().map_err(|e| e.to_string())?;
+    raw.validate(ApiKind::ChatCompletions, true).map_err(|e| e.to_string())
+}
+
+fn chat_of(body: &str) -> Vec<ChatMessage> {
+    let Prompt::Chat(chat) = parse(ApiKind::ChatCompletions, body).expect("a valid chat body").prompt else {
+        panic!("a chat prompt")
+    };
+    chat.messages.clone()
+}
+
+#[test]
+fn long_compact_prose_is_read_raw_escaped_or_pretty_bodies_are_checked() {
+    use strings::Strings;
+    let prose = "word ".repeat(200);
+    let compact = serde_json::json!({"model": "m", "messages": [{"role": "user", "content": prose}]}).to_string();
+    assert_eq!(Strings::for_body(&compact), Strings::Raw { body: &compact });
+    let pretty = serde_json::to_string_pretty(&serde_json::from_str::<serde_json::Value>(&compact).unwrap()).unwrap();
+    assert_eq!(Strings::for_body(&pretty), Strings::Checked, "newlines between tokens");
+    let dense = serde_json::json!({"model": "m", "messages": [{"role": "user", "content": "a \"b\"\n".repeat(100)}]});
+    assert_eq!(Strings::for_body(&dense.to_string()), Strings::Checked, "an escape every few bytes");
+    // Both readings give the same messages.
+    for body in [&compact, &pretty, &dense.to_string()] {
+        assert_eq!(parse_chat_with(body, Strings::Checked), parse_chat_with(body, Strings::Raw { body }));
+    }
+    assert_eq!(chat_of(&compact)[0].content, MessageContent::Text(prose));
+}
+
+#[test]
+fn raw_strings_decode_escapes_and_reject_what_the_checking_parser_rejects() {
+    use strings::Strings;
+    let pad = "x".repeat(400);
+    let body = format!(
+        r#"{{"model":"m","messages":[{{"role":"system","content":"{pad}"}},{{"role":"user","content":"tab\t \"q\" \u00e9 \ud83d\ude00 {pad}"}},{{"role":"assistant","content":null,"tool_calls":[]}},{{"role":"user","content":[{{"type":"text","text":"part"}}]}},{{"role":"user"}}]}}"#
+    );
+    assert_eq!(Strings::for_body(&body), Strings::Raw { body: &body });
+    let messages = chat_of(&body);
+    assert_eq!(messages[0].content, MessageContent::Text(pad.clone()));
+    assert_eq!(messages[1].content, MessageContent::Text(format!("tab\t \"q\" é 😀 {pad}")));
+    assert_eq!(messages[2].content, MessageContent::None);
+    assert!(matches!(&messages[3].content, MessageContent::Parts(p) if p[0].text.as_deref() == Some("part")));
+    assert_eq!(messages[4].content, MessageContent::None);
+
+    // A lone surrogate escape, a content of the wrong type, a repeated key: rejected either way.
+    let lone = format!(r#"{{"model":"m","messages":[{{"role":"user","content":"{pad} \ud800 end"}}]}}"#);
+    let number = format!(r#"{{"model":"m","messages":[{{"role":"user","content":7,"name":"{pad}"}}]}}"#);
+    let twice = format!(r#"{{"model":"m","messages":[{{"role":"user","content":"a","content":"{pad}"}}]}}"#);
+    for bad in [&lone, &number, &twice] {
+        assert_eq!(Strings::for_body(bad), Strings::Raw { body: bad });
+        assert!(parse(ApiKind::ChatCompletions, bad).is_err(), "{bad}");
+        assert!(parse_chat_with(bad, Strings::Checked).is_err(), "{bad}");
+    }
+    // A raw control character inside a string sends the body to the checking parser.
+    let raw_newline = format!("{{\"model\":\"m\",\"messages\":[{{\"role\":\"user\",\"content\":\"{pad}\n{pad}\"}}]}}");
+    assert_eq!(Strings::for_body(&raw_newline), Strings::Checked);
+    assert!(parse(ApiKind::ChatCompletions, &raw_newline).is_err());
+}
+
+proptest::proptest! {
+    /// Message contents read raw and read by the checking parser agree on any text, escapes,
+    /// control characters and non-ASCII included.
+    #[test]
+    fn raw_and_checked_content_readings_agree(texts in proptest::collection::vec("(?s).{0,60}", 1..6), pad in 0usize..300) {
+        let messages: Vec<_> = texts.iter().map(|t| serde_json::json!({"role": "user", "content": format!("{t}{}", "y".repeat(pad))})).collect();
+        let body = serde_json::json!({"model": "m", "messages": messages}).to_string();
+        let checked = parse_chat_with(&body, strings::Strings::Checked);
+        proptest::prop_assert!(checked.is_ok());
+        proptest::prop_assert_eq!(&checked, &parse_chat_with(&body, strings::Strings::Raw { body: &body }));
+        proptest::prop_assert_eq!(checked, parse(ApiKind::ChatCompletions, &body).map_err(|e| e.to_string()));
+    }
+}

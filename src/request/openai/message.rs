@@ -1,0 +1,247 @@
+//! Chat messages (`messages`, and Responses / Conversations items): a hand-written visitor per
+//! message, so that a message's `content` string can be read as [`Strings`] decides.
+
+use std::fmt;
+
+use serde::Deserialize;
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::value::RawValue;
+
+use super::content::content_parts;
+use super::strings::{Strings, slice_of};
+use super::{ChatMessage, MessageContent, MessageExtras, RawJson};
+
+/// Reads a `messages` value (`null` or a list of messages).
+pub(super) struct MessagesSeed<'b>(pub(super) Strings<'b>);
+
+impl<'de> DeserializeSeed<'de> for MessagesSeed<'_> {
+    type Value = Option<Vec<ChatMessage>>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_option(self)
+    }
+}
+
+impl<'de> Visitor<'de> for MessagesSeed<'_> {
+    type Value = Option<Vec<ChatMessage>>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a list of chat messages")
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_seq(self)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut messages = Vec::with_capacity(seq.size_hint().unwrap_or(4));
+        while let Some(message) = seq.next_element_seed(MessageSeed(self.0))? {
+            messages.push(message);
+        }
+        Ok(Some(messages))
+    }
+}
+
+/// Reads one message object: `role`, `content` and the template-only fields; other keys are
+/// skipped, a repeated known key is an error.
+struct MessageSeed<'b>(Strings<'b>);
+
+impl<'de> DeserializeSeed<'de> for MessageSeed<'_> {
+    type Value = ChatMessage;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<ChatMessage, D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for MessageSeed<'_> {
+    type Value = ChatMessage;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a chat message object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ChatMessage, A::Error> {
+        let mut role: Option<Option<String>> = None;
+        let mut content: Option<MessageContent> = None;
+        let mut name: Option<Box<RawValue>> = None;
+        let mut tool_calls: Option<Box<RawValue>> = None;
+        let mut tool_call_id: Option<Box<RawValue>> = None;
+        while let Some(key) = map.next_key::<MessageKey>()? {
+            match key {
+                MessageKey::Role => once(&mut role, "role", || map.next_value())?,
+                MessageKey::Content => once(&mut content, "content", || map.next_value_seed(ContentSeed(self.0)))?,
+                MessageKey::Name => once(&mut name, "name", || map.next_value())?,
+                MessageKey::ToolCalls => once(&mut tool_calls, "tool_calls", || map.next_value())?,
+                MessageKey::ToolCallId => once(&mut tool_call_id, "tool_call_id", || map.next_value())?,
+                MessageKey::Other => {
+                    map.next_value::<de::IgnoredAny>()?;
+                }
+            }
+        }
+        let extras = MessageExtras {
+            name: as_string(name),
+            tool_calls: tool_calls.filter(|r| r.get() != "null").map(RawJson),
+            tool_call_id: as_string(tool_call_id),
+        };
+        let extras = (extras != MessageExtras::default()).then(|| Box::new(extras));
+        Ok(ChatMessage {
+            role: role.flatten().unwrap_or_default(),
+            content: content.unwrap_or(MessageContent::None),
+            extras,
+        })
+    }
+}
+
+/// The keys of a message object [`MessageSeed`] reads (matched on the borrowed key, no copy).
+enum MessageKey {
+    Role,
+    Content,
+    Name,
+    ToolCalls,
+    ToolCallId,
+    Other,
+}
+
+impl<'de> Deserialize<'de> for MessageKey {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<MessageKey, D::Error> {
+        struct KeyVisitor;
+        impl Visitor<'_> for KeyVisitor {
+            type Value = MessageKey;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a message key")
+            }
+            fn visit_str<E: de::Error>(self, key: &str) -> Result<MessageKey, E> {
+                Ok(match key {
+                    "role" => MessageKey::Role,
+                    "content" => MessageKey::Content,
+                    "name" => MessageKey::Name,
+                    "tool_calls" => MessageKey::ToolCalls,
+                    "tool_call_id" => MessageKey::ToolCallId,
+                    _ => MessageKey::Other,
+                })
+            }
+        }
+        deserializer.deserialize_str(KeyVisitor)
+    }
+}
+
+/// Stores the value `read` returns in `slot`; a second occurrence of `field` is an error.
+fn once<T, E: de::Error>(
+    slot: &mut Option<T>,
+    field: &'static str,
+    read: impl FnOnce() -> Result<T, E>,
+) -> Result<(), E> {
+    if slot.is_some() {
+        return Err(E::duplicate_field(field));
+    }
+    *slot = Some(read()?);
+    Ok(())
+}
+
+/// A JSON string value as a Rust string; anything else is `None`.
+fn as_string(raw: Option<Box<RawValue>>) -> Option<String> {
+    raw.and_then(|r| serde_json::from_str::<String>(r.get()).ok())
+}
+
+impl<'de> Deserialize<'de> for ChatMessage {
+    /// Responses and Conversations items: their strings are read by the checking parser.
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<ChatMessage, D::Error> {
+        MessageSeed(Strings::Checked).deserialize(deserializer)
+    }
+}
+
+/// Reads a message's `content` with the string reading of [`Strings`].
+struct ContentSeed<'b>(Strings<'b>);
+
+impl<'de> DeserializeSeed<'de> for ContentSeed<'_> {
+    type Value = MessageContent;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<MessageContent, D::Error> {
+        match self.0 {
+            Strings::Checked => deserializer.deserialize_any(ContentVisitor { body: "" }),
+            // `deserialize_bytes` reads a string as raw bytes and a list as a sequence; `null`
+            // has to be caught first.
+            Strings::Raw { .. } => deserializer.deserialize_option(self),
+        }
+    }
+}
+
+impl<'de> Visitor<'de> for ContentSeed<'_> {
+    type Value = MessageContent;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        ContentVisitor { body: "" }.expecting(f)
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<MessageContent, E> {
+        Ok(MessageContent::None)
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<MessageContent, E> {
+        Ok(MessageContent::None)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<MessageContent, D::Error> {
+        let body = match self.0 {
+            Strings::Raw { body } => body,
+            Strings::Checked => "",
+        };
+        deserializer.deserialize_bytes(ContentVisitor { body })
+    }
+}
+
+/// Builds a [`MessageContent`]; `body` is the body a raw string may be a slice of (empty when
+/// strings are not read raw).
+struct ContentVisitor<'b> {
+    body: &'b str,
+}
+
+impl<'de> Visitor<'de> for ContentVisitor<'_> {
+    type Value = MessageContent;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a string, a list of content parts, or null")
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<MessageContent, E> {
+        Ok(MessageContent::Text(v.to_owned()))
+    }
+
+    fn visit_string<E: de::Error>(self, v: String) -> Result<MessageContent, E> {
+        Ok(MessageContent::Text(v))
+    }
+
+    /// A string without escapes read as raw bytes ([`Strings::Raw`]): a slice of the body.
+    fn visit_borrowed_bytes<E: de::Error>(self, v: &'de [u8]) -> Result<MessageContent, E> {
+        match slice_of(self.body, v) {
+            Some(text) => Ok(MessageContent::Text(text.to_owned())),
+            None => self.visit_bytes(v),
+        }
+    }
+
+    /// A string read as raw bytes ([`Strings::Raw`]) with its escapes decoded: not yet known
+    /// to be UTF-8.
+    fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<MessageContent, E> {
+        match simdutf8::basic::from_utf8(v) {
+            Ok(text) => Ok(MessageContent::Text(text.to_owned())),
+            Err(_) => Err(E::custom("content is not valid Unicode (a lone surrogate escape?)")),
+        }
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<MessageContent, E> {
+        Ok(MessageContent::None)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<MessageContent, A::Error> {
+        content_parts(seq)
+    }
+}
