@@ -22,12 +22,12 @@ pub(super) enum Strings<'b> {
 
 impl<'b> Strings<'b> {
     /// [`Strings::Raw`] when `body` has no byte below 0x20 (no raw control character, no
-    /// newline or tab between tokens: compact JSON, as client libraries send it) and its
-    /// strings run long between quotes and backslashes: `memchr2` is called again after every
-    /// escape and its set-up costs about what the checking loop spends on 30-40 bytes, so on
-    /// chat turns with a quote or newline every few dozen bytes the checking parser is
-    /// cheaper (callgrind, 10 KB bodies: plain prose 0.92x the instructions per request,
-    /// escaped multi-turn chat 1.03x when read raw).
+    /// newline or tab between tokens: compact JSON, as client libraries send it) and at most
+    /// one backslash per [`MIN_RUN`] bytes: `memchr2` is called again after every escape and
+    /// its set-up costs about what the checking loop spends on 30-40 bytes, so on chat turns
+    /// with an escaped quote or newline every few dozen bytes the checking parser is cheaper
+    /// (callgrind, 10 KB bodies read raw: plain prose 0.92x the instructions per request,
+    /// escaped multi-turn chat 1.03x).
     pub(super) fn for_body(body: &'b str) -> Strings<'b> {
         let (lowest, escapes) = lowest_byte_and_backslashes(body.as_bytes());
         if lowest >= 0x20 && body.len() >= escapes.saturating_mul(MIN_RUN) {
