@@ -301,8 +301,13 @@ pub fn parse_body_with(api: ApiKind, body: &[u8], require_model: bool) -> Result
     // Validate UTF-8 once for the whole body: serde_json's `from_str` then skips the
     // per-string validation `from_slice` would do (measured ~15% of a chat body parse).
     let text = body_text(body)?;
+    // Only chat `messages` are read through `Strings`: other APIs skip the deciding pass.
+    let strings = match api {
+        ApiKind::ChatCompletions => strings::Strings::for_body(text),
+        _ => strings::Strings::Checked,
+    };
     let mut de = serde_json::Deserializer::from_str(text);
-    let raw = de::BodySeed(api, strings::Strings::for_body(text)).deserialize(&mut de).map_err(BodyError::Json)?;
+    let raw = de::BodySeed(api, strings).deserialize(&mut de).map_err(BodyError::Json)?;
     de.end().map_err(BodyError::Json)?;
     raw.validate(api, require_model)
 }

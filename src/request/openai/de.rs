@@ -4,7 +4,8 @@
 //! request's [`ApiKind`] are materialised, everything else is skipped with `IgnoredAny`.
 //! Polymorphic fields (`prompt`, `input`, `items`, `content`) use the hand-written visitors
 //! of [`super::content`] and [`super::message`], so a value is parsed once, with no
-//! intermediate `serde_json::Value`; `messages` contents are read as [`Strings`] decides. [`ModelSpans`] locates the top-level `model` value for the rewrite.
+//! intermediate `serde_json::Value`; `messages` contents are read as [`Strings`] decides.
+//! [`ModelSpans`] locates the top-level `model` value for the rewrite.
 
 use std::fmt;
 use std::sync::Arc;
