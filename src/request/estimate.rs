@@ -122,16 +122,18 @@ impl<'a> Packer<'a> {
     }
 
     fn push(&mut self, mut bytes: &[u8]) {
-        if self.carry_len > 0 {
-            let take = (4 - self.carry_len).min(bytes.len());
-            self.carry[self.carry_len..self.carry_len + take].copy_from_slice(&bytes[..take]);
-            self.carry_len += take;
-            bytes = &bytes[take..];
-            if self.carry_len < 4 {
-                return;
+        // The carry is at most three bytes: moved a byte at a time (`copy_from_slice` of a
+        // length unknown at compile time is a `memcpy` call, twice per piece: ~12 % of the
+        // estimate on a chat of short turns, callgrind).
+        while self.carry_len > 0 {
+            let Some((&b, rest)) = bytes.split_first() else { return };
+            self.carry[self.carry_len] = b;
+            self.carry_len += 1;
+            bytes = rest;
+            if self.carry_len == 4 {
+                self.put(self.carry);
+                self.carry_len = 0;
             }
-            self.put(self.carry);
-            self.carry_len = 0;
         }
         let chunks = bytes.chunks_exact(4);
         let rest = chunks.remainder();
@@ -141,7 +143,9 @@ impl<'a> Packer<'a> {
             word.write(u32::from_le_bytes([c[0], c[1], c[2], c[3]]));
         });
         self.filled = end;
-        self.carry[..rest.len()].copy_from_slice(rest);
+        for (slot, &b) in self.carry.iter_mut().zip(rest) {
+            *slot = b;
+        }
         self.carry_len = rest.len();
     }
 

@@ -12,10 +12,10 @@
 //!
 //! Does not: tokenize (see [`super::estimate`]), read headers, or decide the target model.
 
+mod chat_scan;
 mod content;
 mod de;
 mod message;
-mod strings;
 
 use std::sync::Arc;
 
@@ -301,13 +301,26 @@ pub fn parse_body_with(api: ApiKind, body: &[u8], require_model: bool) -> Result
     // Validate UTF-8 once for the whole body: serde_json's `from_str` then skips the
     // per-string validation `from_slice` would do (measured ~15% of a chat body parse).
     let text = body_text(body)?;
-    // Only chat `messages` are read through `Strings`: other APIs skip the deciding pass.
-    let strings = match api {
-        ApiKind::ChatCompletions => strings::Strings::for_body(text),
-        _ => strings::Strings::Checked,
-    };
+    if api == ApiKind::ChatCompletions
+        && let Some(raw) = chat_scan::read_chat(text)
+    {
+        let parsed = raw.validate(api, require_model);
+        // Fuzzing checks chat_scan's contract on every input it accepts.
+        #[cfg(fuzzing)]
+        assert_eq!(
+            parsed.as_ref().map_err(ToString::to_string),
+            serde_path(api, text, require_model).as_ref().map_err(ToString::to_string),
+            "chat_scan and the serde path disagree"
+        );
+        return parsed;
+    }
+    serde_path(api, text, require_model)
+}
+
+/// Parses `text` with serde_json ([`de`]).
+fn serde_path(api: ApiKind, text: &str, require_model: bool) -> Result<ParsedBody, BodyError> {
     let mut de = serde_json::Deserializer::from_str(text);
-    let raw = de::BodySeed(api, strings).deserialize(&mut de).map_err(BodyError::Json)?;
+    let raw = de::BodySeed(api).deserialize(&mut de).map_err(BodyError::Json)?;
     de.end().map_err(BodyError::Json)?;
     raw.validate(api, require_model)
 }

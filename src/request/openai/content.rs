@@ -133,25 +133,26 @@ impl<'de> Deserialize<'de> for Elem {
     }
 }
 
-#[derive(Deserialize)]
-struct PartRepr<'a> {
+/// One content part as read (by serde here, or by [`super::chat_scan`]).
+#[derive(Deserialize, Default)]
+pub(super) struct PartRepr<'a> {
     #[serde(rename = "type", default)]
-    kind: Option<String>,
+    pub(super) kind: Option<String>,
     #[serde(default)]
-    text: Option<String>,
+    pub(super) text: Option<String>,
     #[serde(default, borrow)]
-    image_url: MediaValue<'a>,
+    pub(super) image_url: MediaValue<'a>,
     #[serde(default, borrow)]
-    video_url: MediaValue<'a>,
+    pub(super) video_url: MediaValue<'a>,
     #[serde(default, borrow)]
-    audio_url: MediaValue<'a>,
+    pub(super) audio_url: MediaValue<'a>,
     #[serde(default, borrow)]
-    input_audio: MediaValue<'a>,
+    pub(super) input_audio: MediaValue<'a>,
 }
 
 impl PartRepr<'_> {
     /// The identity of a media part: kind prefix + URL (or `format:data` for inline audio).
-    fn media(&self) -> Option<MediaItem> {
+    pub(super) fn media(&self) -> Option<MediaItem> {
         let kind = self.kind.as_deref()?;
         let modality = part_modality(kind)?;
         let key = match kind {
@@ -173,10 +174,10 @@ impl PartRepr<'_> {
 /// possible (data URLs can be megabytes). Any other JSON value is ignored, as before media
 /// identity was read, so a malformed media part never fails the body.
 #[derive(Default)]
-struct MediaValue<'a> {
-    url: Option<Cow<'a, str>>,
-    data: Option<Cow<'a, str>>,
-    format: Option<Cow<'a, str>>,
+pub(super) struct MediaValue<'a> {
+    pub(super) url: Option<Cow<'a, str>>,
+    pub(super) data: Option<Cow<'a, str>>,
+    pub(super) format: Option<Cow<'a, str>>,
 }
 
 /// A string borrowed from the body when it has no escapes.

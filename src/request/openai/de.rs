@@ -4,7 +4,8 @@
 //! request's [`ApiKind`] are materialised, everything else is skipped with `IgnoredAny`.
 //! Polymorphic fields (`prompt`, `input`, `items`, `content`) use the hand-written visitors
 //! of [`super::content`] and [`super::message`], so a value is parsed once, with no
-//! intermediate `serde_json::Value`; `messages` contents are read as [`Strings`] decides.
+//! intermediate `serde_json::Value`. Chat bodies of the common shape are read by
+//! [`super::chat_scan`] first; this is the path for every other body.
 //! [`ModelSpans`] locates the top-level `model` value for the rewrite.
 
 use std::fmt;
@@ -16,7 +17,6 @@ use serde_json::value::RawValue;
 
 use super::content::RawInput;
 use super::message::MessagesSeed;
-use super::strings::Strings;
 use super::{
     ApiKind, BodyError, ChatMessage, ChatPrompt, EmbeddingsInput, ParsedBody, Prompt, RawJson, ResponsesInput,
     ResponsesPrompt, TemplateOptions,
@@ -25,23 +25,24 @@ use super::{
 /// The body as read, before per-API validation.
 #[derive(Default)]
 pub(super) struct RawBody {
-    model: ModelField,
+    pub(super) model: ModelField,
     prompt: Option<RawInput>,
-    messages: Option<Vec<ChatMessage>>,
+    pub(super) messages: Option<Vec<ChatMessage>>,
     input: Option<RawInput>,
     items: Option<RawInput>,
     instructions: Option<String>,
-    tools: Option<RawJson>,
-    template: TemplateOptions,
-    cache_salt: Option<String>,
-    stream: bool,
-    max_tokens: Option<u64>,
-    max_completion_tokens: Option<u64>,
-    max_output_tokens: Option<u64>,
+    pub(super) tools: Option<RawJson>,
+    pub(super) template: TemplateOptions,
+    pub(super) cache_salt: Option<String>,
+    pub(super) stream: bool,
+    pub(super) max_tokens: Option<u64>,
+    pub(super) max_completion_tokens: Option<u64>,
+    pub(super) max_output_tokens: Option<u64>,
 }
 
+/// The top-level `model` as read.
 #[derive(Default)]
-enum ModelField {
+pub(super) enum ModelField {
     #[default]
     Missing,
     NotString,
@@ -122,11 +123,10 @@ fn embeddings_input(input: Option<RawInput>) -> Result<Prompt, BodyError> {
     Ok(Prompt::Embeddings(input))
 }
 
-/// Deserializes the top-level object for one [`ApiKind`], reading message contents as
-/// [`Strings`] says.
-pub(super) struct BodySeed<'b>(pub(super) ApiKind, pub(super) Strings<'b>);
+/// Deserializes the top-level object for one [`ApiKind`].
+pub(super) struct BodySeed(pub(super) ApiKind);
 
-impl<'de> DeserializeSeed<'de> for BodySeed<'_> {
+impl<'de> DeserializeSeed<'de> for BodySeed {
     type Value = RawBody;
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<RawBody, D::Error> {
@@ -134,7 +134,7 @@ impl<'de> DeserializeSeed<'de> for BodySeed<'_> {
     }
 }
 
-impl<'de> Visitor<'de> for BodySeed<'_> {
+impl<'de> Visitor<'de> for BodySeed {
     type Value = RawBody;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -155,7 +155,7 @@ impl<'de> Visitor<'de> for BodySeed<'_> {
                     };
                 }
                 (Key::Prompt, Completions) => body.prompt = map.next_value()?,
-                (Key::Messages, ChatCompletions) => body.messages = map.next_value_seed(MessagesSeed(self.1))?,
+                (Key::Messages, ChatCompletions) => body.messages = map.next_value_seed(MessagesSeed)?,
                 (Key::Input, Responses | Embeddings) => body.input = map.next_value()?,
                 (Key::Items, Conversations) => body.items = map.next_value()?,
                 (Key::Instructions, Responses) => body.instructions = lenient_string(&mut map)?,

@@ -1,5 +1,5 @@
 //! Chat messages (`messages`, and Responses / Conversations items): a hand-written visitor per
-//! message, so that a message's `content` string can be read as [`Strings`] decides.
+//! message (the serde path; chat bodies of the common shape are read by [`super::chat_scan`]).
 
 use std::fmt;
 
@@ -8,13 +8,12 @@ use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visit
 use serde_json::value::RawValue;
 
 use super::content::content_parts;
-use super::strings::{Strings, slice_of};
 use super::{ChatMessage, MessageContent, MessageExtras, RawJson};
 
 /// Reads a `messages` value (`null` or a list of messages).
-pub(super) struct MessagesSeed<'b>(pub(super) Strings<'b>);
+pub(super) struct MessagesSeed;
 
-impl<'de> DeserializeSeed<'de> for MessagesSeed<'_> {
+impl<'de> DeserializeSeed<'de> for MessagesSeed {
     type Value = Option<Vec<ChatMessage>>;
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
@@ -22,7 +21,7 @@ impl<'de> DeserializeSeed<'de> for MessagesSeed<'_> {
     }
 }
 
-impl<'de> Visitor<'de> for MessagesSeed<'_> {
+impl<'de> Visitor<'de> for MessagesSeed {
     type Value = Option<Vec<ChatMessage>>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -43,7 +42,7 @@ impl<'de> Visitor<'de> for MessagesSeed<'_> {
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
         let mut messages = Vec::with_capacity(seq.size_hint().unwrap_or(4));
-        while let Some(message) = seq.next_element_seed(MessageSeed(self.0))? {
+        while let Some(message) = seq.next_element_seed(MessageSeed)? {
             messages.push(message);
         }
         Ok(Some(messages))
@@ -52,9 +51,9 @@ impl<'de> Visitor<'de> for MessagesSeed<'_> {
 
 /// Reads one message object: `role`, `content` and the template-only fields; other keys are
 /// skipped, a repeated known key is an error.
-struct MessageSeed<'b>(Strings<'b>);
+struct MessageSeed;
 
-impl<'de> DeserializeSeed<'de> for MessageSeed<'_> {
+impl<'de> DeserializeSeed<'de> for MessageSeed {
     type Value = ChatMessage;
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<ChatMessage, D::Error> {
@@ -62,7 +61,7 @@ impl<'de> DeserializeSeed<'de> for MessageSeed<'_> {
     }
 }
 
-impl<'de> Visitor<'de> for MessageSeed<'_> {
+impl<'de> Visitor<'de> for MessageSeed {
     type Value = ChatMessage;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -78,7 +77,7 @@ impl<'de> Visitor<'de> for MessageSeed<'_> {
         while let Some(key) = map.next_key::<MessageKey>()? {
             match key {
                 MessageKey::Role => once(&mut role, "role", || map.next_value())?,
-                MessageKey::Content => once(&mut content, "content", || map.next_value_seed(ContentSeed(self.0)))?,
+                MessageKey::Content => once(&mut content, "content", || map.next_value_seed(ContentSeed))?,
                 MessageKey::Name => once(&mut name, "name", || map.next_value())?,
                 MessageKey::ToolCalls => once(&mut tool_calls, "tool_calls", || map.next_value())?,
                 MessageKey::ToolCallId => once(&mut tool_call_id, "tool_call_id", || map.next_value())?,
@@ -153,59 +152,27 @@ fn as_string(raw: Option<Box<RawValue>>) -> Option<String> {
 }
 
 impl<'de> Deserialize<'de> for ChatMessage {
-    /// Responses and Conversations items: their strings are read by the checking parser.
+    /// Responses and Conversations items.
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<ChatMessage, D::Error> {
-        MessageSeed(Strings::Checked).deserialize(deserializer)
+        MessageSeed.deserialize(deserializer)
     }
 }
 
-/// Reads a message's `content` with the string reading of [`Strings`].
-struct ContentSeed<'b>(Strings<'b>);
+/// Reads a message's `content`.
+struct ContentSeed;
 
-impl<'de> DeserializeSeed<'de> for ContentSeed<'_> {
+impl<'de> DeserializeSeed<'de> for ContentSeed {
     type Value = MessageContent;
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<MessageContent, D::Error> {
-        match self.0 {
-            Strings::Checked => deserializer.deserialize_any(ContentVisitor { body: "" }),
-            // `deserialize_bytes` reads a string as raw bytes and a list as a sequence; `null`
-            // has to be caught first.
-            Strings::Raw { .. } => deserializer.deserialize_option(self),
-        }
+        deserializer.deserialize_any(ContentVisitor)
     }
 }
 
-impl<'de> Visitor<'de> for ContentSeed<'_> {
-    type Value = MessageContent;
+/// Builds a [`MessageContent`]: a string, a list of parts, or `null`.
+struct ContentVisitor;
 
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        ContentVisitor { body: "" }.expecting(f)
-    }
-
-    fn visit_none<E: de::Error>(self) -> Result<MessageContent, E> {
-        Ok(MessageContent::None)
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<MessageContent, E> {
-        Ok(MessageContent::None)
-    }
-
-    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<MessageContent, D::Error> {
-        let body = match self.0 {
-            Strings::Raw { body } => body,
-            Strings::Checked => "",
-        };
-        deserializer.deserialize_bytes(ContentVisitor { body })
-    }
-}
-
-/// Builds a [`MessageContent`]; `body` is the body a raw string may be a slice of (empty when
-/// strings are not read raw).
-struct ContentVisitor<'b> {
-    body: &'b str,
-}
-
-impl<'de> Visitor<'de> for ContentVisitor<'_> {
+impl<'de> Visitor<'de> for ContentVisitor {
     type Value = MessageContent;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -218,23 +185,6 @@ impl<'de> Visitor<'de> for ContentVisitor<'_> {
 
     fn visit_string<E: de::Error>(self, v: String) -> Result<MessageContent, E> {
         Ok(MessageContent::Text(v))
-    }
-
-    /// A string without escapes read as raw bytes ([`Strings::Raw`]): a slice of the body.
-    fn visit_borrowed_bytes<E: de::Error>(self, v: &'de [u8]) -> Result<MessageContent, E> {
-        match slice_of(self.body, v) {
-            Some(text) => Ok(MessageContent::Text(text.to_owned())),
-            None => self.visit_bytes(v),
-        }
-    }
-
-    /// A string read as raw bytes ([`Strings::Raw`]) with its escapes decoded: not yet known
-    /// to be UTF-8.
-    fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<MessageContent, E> {
-        match simdutf8::basic::from_utf8(v) {
-            Ok(text) => Ok(MessageContent::Text(text.to_owned())),
-            Err(_) => Err(E::custom("content is not valid Unicode (a lone surrogate escape?)")),
-        }
     }
 
     fn visit_unit<E: de::Error>(self) -> Result<MessageContent, E> {

@@ -246,13 +246,14 @@ fn bodies_in_non_latin_scripts_parse() {
     assert_eq!(chat.messages[0].content, MessageContent::Text("東京の天気は？ Погода в Москве? ☀️".into()));
 }
 
-/// Parses a chat body with message contents read as `strings` says (not as the body decides).
-fn parse_chat_with(text: &str, strings: strings::Strings<'_>) -> Result<ParsedBody, String> {
-    use serde::de::DeserializeSeed;
-    let mut de = serde_json::Deserializer::from_str(text);
-    let raw = de::BodySeed(ApiKind::ChatCompletions, strings).deserialize(&mut de).map_err(|e| e.to_string())?;
-    de.end().map_err(|e| e.to_string())?;
-    raw.validate(ApiKind::ChatCompletions, true).map_err(|e| e.to_string())
+/// A chat body through the serde path alone.
+fn serde_chat(text: &str) -> Result<ParsedBody, String> {
+    serde_path(ApiKind::ChatCompletions, text, true).map_err(|e| e.to_string())
+}
+
+/// A chat body through `chat_scan` alone: `None` when it leaves the body to the serde path.
+fn scanned_chat(text: &str) -> Option<Result<ParsedBody, String>> {
+    chat_scan::read_chat(text).map(|raw| raw.validate(ApiKind::ChatCompletions, true).map_err(|e| e.to_string()))
 }
 
 fn chat_of(body: &str) -> Vec<ChatMessage> {
@@ -263,62 +264,162 @@ fn chat_of(body: &str) -> Vec<ChatMessage> {
 }
 
 #[test]
-fn long_compact_prose_is_read_raw_escaped_or_pretty_bodies_are_checked() {
-    use strings::Strings;
+fn chat_scan_reads_the_common_shapes_as_the_serde_path_does() {
     let prose = "word ".repeat(200);
-    let compact = serde_json::json!({"model": "m", "messages": [{"role": "user", "content": prose}]}).to_string();
-    assert_eq!(Strings::for_body(&compact), Strings::Raw { body: &compact });
-    let pretty = serde_json::to_string_pretty(&serde_json::from_str::<serde_json::Value>(&compact).unwrap()).unwrap();
-    assert_eq!(Strings::for_body(&pretty), Strings::Checked, "newlines between tokens");
+    let full = serde_json::json!({
+        "model": "m", "temperature": 0.7, "top_p": -1.25, "n": 0, "seed": 12345678901234567890u64,
+        "stream": true, "max_tokens": 128, "max_completion_tokens": "9", "cache_salt": "s\u{e9}l",
+        "add_generation_prompt": false, "continue_final_message": true, "add_special_tokens": 1,
+        "chat_template": null, "chat_template_kwargs": {"enable_thinking": false, "list": [1, {"a": null}]},
+        "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
+        "prompt": "ignored for chat", "metadata": {"deep": [[[["x"]]]], "empty": {}, "none": []},
+        "messages": [
+            {"role": "system", "content": prose},
+            {"role": "user", "content": "tab\t \"q\" \\ / \u{8}\u{c}\r\n \u{e9} \u{1F600} \u{1} end", "extra": [true, false]},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "function": {"name": "f", "arguments": "{\"a\":1}"}}], "name": "bot"},
+            {"role": "tool", "content": "42", "tool_call_id": "c1", "name": 5},
+            {"role": "user", "content": [
+                {"type": "text", "text": "look"},
+                {"type": "image_url", "image_url": {"url": "https://x/1.png", "detail": "low"}},
+                {"type": "image_url", "image_url": "https://x/2.png"},
+                {"type": "input_audio", "input_audio": {"data": "QUJD", "format": "wav", "url": 3}},
+                {"type": "video_url", "video_url": [1, 2]},
+                {"type": null, "text": null, "cache_control": {"type": "ephemeral"}}
+            ]},
+            {"role": null},
+            {}
+        ]
+    });
+    let compact = full.to_string();
+    let pretty = serde_json::to_string_pretty(&full).unwrap();
+    let escaped_keys_elsewhere = compact.replacen("\"metadata\"", "\"meta\\u0064ata\"", 1);
     let dense = serde_json::json!({"model": "m", "messages": [{"role": "user", "content": "a \"b\"\n".repeat(100)}]});
-    assert_eq!(Strings::for_body(&dense.to_string()), Strings::Checked, "an escape every few bytes");
-    // Both readings give the same messages.
-    for body in [&compact, &pretty, &dense.to_string()] {
-        assert_eq!(parse_chat_with(body, Strings::Checked), parse_chat_with(body, Strings::Raw { body }));
+    let ascii_escapes = r#"{"model":"m","messages":[{"role":"user","content":"\u00e9\uD83D\uDE00\u0041"}]}"#;
+    for body in [&compact, &pretty, &dense.to_string(), &ascii_escapes.to_string()] {
+        let scanned = scanned_chat(body).unwrap_or_else(|| panic!("read by chat_scan: {body}"));
+        assert!(scanned.is_ok(), "{scanned:?}");
+        assert_eq!(scanned, serde_chat(body), "{body}");
     }
-    assert_eq!(chat_of(&compact)[0].content, MessageContent::Text(prose));
+    // A top-level key with an escape is left to the serde path (which ignores it, as here).
+    assert!(scanned_chat(&escaped_keys_elsewhere).is_none());
+    assert_eq!(
+        parse(ApiKind::ChatCompletions, &escaped_keys_elsewhere).map_err(|e| e.to_string()),
+        serde_chat(&compact)
+    );
+    let messages = chat_of(&compact);
+    assert_eq!(messages[0].content, MessageContent::Text(prose));
+    assert_eq!(messages[1].content, MessageContent::Text("tab\t \"q\" \\ / \u{8}\u{c}\r\n é 😀 \u{1} end".into()));
+    assert_eq!(chat_of(ascii_escapes)[0].content, MessageContent::Text("é😀A".into()));
 }
 
 #[test]
-fn raw_strings_decode_escapes_and_reject_what_the_checking_parser_rejects() {
-    use strings::Strings;
-    let pad = "x".repeat(400);
-    let body = format!(
-        r#"{{"model":"m","messages":[{{"role":"system","content":"{pad}"}},{{"role":"user","content":"tab\t \"q\" \u00e9 \ud83d\ude00 {pad}"}},{{"role":"assistant","content":null,"tool_calls":[]}},{{"role":"user","content":[{{"type":"text","text":"part"}}]}},{{"role":"user"}}]}}"#
+fn chat_scan_leaves_what_it_does_not_handle_to_the_serde_path() {
+    let ok = |m: &str| format!(r#"{{"model":"m","messages":[{m}]}}"#);
+    let deep = format!(
+        r#"{{"model":"m","x":{}1{},"messages":[{{"role":"user","content":"a"}}]}}"#,
+        "[".repeat(100),
+        "]".repeat(100)
     );
-    assert_eq!(Strings::for_body(&body), Strings::Raw { body: &body });
-    let messages = chat_of(&body);
-    assert_eq!(messages[0].content, MessageContent::Text(pad.clone()));
-    assert_eq!(messages[1].content, MessageContent::Text(format!("tab\t \"q\" é 😀 {pad}")));
-    assert_eq!(messages[2].content, MessageContent::None);
-    assert!(matches!(&messages[3].content, MessageContent::Parts(p) if p[0].text.as_deref() == Some("part")));
-    assert_eq!(messages[4].content, MessageContent::None);
-
-    // A lone surrogate escape, a content of the wrong type, a repeated key: rejected either way.
-    let lone = format!(r#"{{"model":"m","messages":[{{"role":"user","content":"{pad} \ud800 end"}}]}}"#);
-    let number = format!(r#"{{"model":"m","messages":[{{"role":"user","content":7,"name":"{pad}"}}]}}"#);
-    let twice = format!(r#"{{"model":"m","messages":[{{"role":"user","content":"a","content":"{pad}"}}]}}"#);
-    for bad in [&lone, &number, &twice] {
-        assert_eq!(Strings::for_body(bad), Strings::Raw { body: bad });
-        assert!(parse(ApiKind::ChatCompletions, bad).is_err(), "{bad}");
-        assert!(parse_chat_with(bad, Strings::Checked).is_err(), "{bad}");
+    let cases = [
+        ok(r#"{"role":"user","content":"\ud800 lone"}"#),
+        ok(r#"{"role":"user","content":"\udc00 lone"}"#),
+        ok(r#"{"role":"user","content":7}"#),
+        ok(r#"{"role":"user","content":"a","content":"b"}"#),
+        ok(r#"{"role":7,"content":"a"}"#),
+        ok(r#"{"ro\u006ce":"user","content":"a"}"#),
+        ok(r#"{"role":"user","content":[{"type":"text","type":"text"}]}"#),
+        ok(r#"{"role":"user","content":[["text","hi"]]}"#),
+        ok(r#"{"role":"user","content":[{"type":"image_url","image_url":{"url":{"url":"x"}}}]}"#),
+        ok(r#"{"role":"user","content":"a","n":1e5}"#),
+        ok(r#"{"role":"user","content":"a","n":01}"#),
+        ok(r#"{"role":"user","content":"a","n":1.}"#),
+        ok(r#"{"role":"user","content":"a\x"}"#),
+        ok("{\"role\":\"user\",\"content\":\"a\nb\"}"),
+        ok(r#"{"role":"user","content":"a"},"#),
+        format!("{} x", ok(r#"{"role":"user","content":"a"}"#)),
+        r#"{"model":"m","messages":[{"role":"user","content":"a"}],}"#.to_string(),
+        r#"{"model":"m","messages":{"role":"user"}}"#.to_string(),
+        r#"{"model":"m","messages":[{"role":"user","content":"a"}]"#.to_string(),
+        r#"{"model":"m","messages":[{"role":"user","content":"a"}],"t":tru}"#.to_string(),
+        deep,
+    ];
+    for body in &cases {
+        assert!(scanned_chat(body).is_none(), "chat_scan read {body}");
+        assert_eq!(parse(ApiKind::ChatCompletions, body).map_err(|e| e.to_string()), serde_chat(body), "{body}");
     }
-    // A raw control character inside a string sends the body to the checking parser.
-    let raw_newline = format!("{{\"model\":\"m\",\"messages\":[{{\"role\":\"user\",\"content\":\"{pad}\n{pad}\"}}]}}");
-    assert_eq!(Strings::for_body(&raw_newline), Strings::Checked);
-    assert!(parse(ApiKind::ChatCompletions, &raw_newline).is_err());
+}
+
+/// A JSON value of any shape, for bodies built at random.
+fn any_json() -> impl proptest::strategy::Strategy<Value = serde_json::Value> {
+    use proptest::prelude::*;
+    use serde_json::Value;
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(Value::from),
+        (-1e6f64..1e6).prop_map(Value::from),
+        "(?s).{0,12}".prop_map(Value::from),
+    ];
+    leaf.prop_recursive(3, 24, 4, |inner| {
+        prop_oneof![
+            proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+            proptest::collection::btree_map(
+                prop_oneof![
+                    Just("role".to_string()),
+                    Just("content".to_string()),
+                    Just("type".to_string()),
+                    Just("text".to_string()),
+                    Just("url".to_string()),
+                    Just("image_url".to_string()),
+                    "[a-z_]{0,6}"
+                ],
+                inner,
+                0..4
+            )
+            .prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+/// A message object: the fields chat_scan reads, of the usual types mostly, any JSON sometimes.
+fn any_message() -> impl proptest::strategy::Strategy<Value = serde_json::Value> {
+    use proptest::prelude::*;
+    use serde_json::{Value, json};
+    let text = || "(?s).{0,16}".prop_map(Value::from);
+    let media = prop_oneof![text(), text().prop_map(|u| json!({"url": u, "detail": "low"})), any_json()];
+    let part = (prop_oneof![Just("text"), Just("image_url"), Just("input_audio"), Just("video_url")], text(), media)
+        .prop_map(|(kind, text, media)| json!({"type": kind, "text": text, kind: media}));
+    let content = prop_oneof![4 => text(), 2 => proptest::collection::vec(part, 0..3).prop_map(Value::Array), 1 => Just(Value::Null), 1 => any_json()];
+    let role = prop_oneof![4 => text(), 1 => any_json()];
+    let fields = prop_oneof![Just("name"), Just("tool_calls"), Just("tool_call_id"), Just("x")];
+    (role, content, proptest::option::of((fields, any_json()))).prop_map(|(role, content, extra)| {
+        let mut m = json!({"role": role, "content": content});
+        if let Some((k, v)) = extra {
+            m[k] = v;
+        }
+        m
+    })
 }
 
 proptest::proptest! {
-    /// Message contents read raw and read by the checking parser agree on any text, escapes,
-    /// control characters and non-ASCII included.
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+    /// Whatever chat_scan reads, the serde path reads the same way: bodies with messages and
+    /// fields of any shape, pretty or compact, then one byte dropped or replaced (about a third
+    /// of the cases are read by chat_scan, the rest handed over).
     #[test]
-    fn raw_and_checked_content_readings_agree(texts in proptest::collection::vec("(?s).{0,60}", 1..6), pad in 0usize..300) {
-        let messages: Vec<_> = texts.iter().map(|t| serde_json::json!({"role": "user", "content": format!("{t}{}", "y".repeat(pad))})).collect();
-        let body = serde_json::json!({"model": "m", "messages": messages}).to_string();
-        let checked = parse_chat_with(&body, strings::Strings::Checked);
-        proptest::prop_assert!(checked.is_ok());
-        proptest::prop_assert_eq!(&checked, &parse_chat_with(&body, strings::Strings::Raw { body: &body }));
-        proptest::prop_assert_eq!(checked, parse(ApiKind::ChatCompletions, &body).map_err(|e| e.to_string()));
+    fn chat_scan_agrees_with_the_serde_path(messages in proptest::collection::vec(proptest::prop_oneof![8 => any_message(), 1 => any_json()], 0..5), extra in any_json(), pretty: bool, edit in proptest::option::of((proptest::prelude::any::<proptest::sample::Index>(), proptest::option::of(proptest::prelude::any::<u8>())))) {
+        let body = serde_json::json!({"model": "m", "messages": messages, "extra": extra, "max_tokens": 5});
+        let mut text = if pretty { serde_json::to_string_pretty(&body).unwrap() } else { body.to_string() }.into_bytes();
+        if let Some((at, byte)) = edit {
+            let at = at.index(text.len());
+            match byte {
+                Some(b) => text[at] = b,
+                None => { text.remove(at); }
+            }
+        }
+        let Ok(text) = String::from_utf8(text) else { return Ok(()) };
+        if let Some(scanned) = scanned_chat(&text) {
+            proptest::prop_assert_eq!(scanned, serde_chat(&text), "{}", text);
+        }
     }
 }
