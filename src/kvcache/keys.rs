@@ -127,10 +127,16 @@ fn le_token_bytes(_: &[u32]) -> Option<&[u8]> {
 
 /// `epp-xxh3` content hash of one block: `XXH3(LE32(t)… ‖ (LE64(len) ‖ id)…)`.
 fn xxh3_content(tokens: &[u32], extras: &[&str], buf: &mut Vec<u8>) -> u64 {
+    content_hash(tokens, extras, buf, xxhash_rust::xxh3::xxh3_64)
+}
+
+/// `hash(LE32(t)… ‖ (LE64(len) ‖ id)…)`, the tokens hashed in place where the machine is
+/// little-endian and there are no extras.
+fn content_hash(tokens: &[u32], extras: &[&str], buf: &mut Vec<u8>, hash: fn(&[u8]) -> u64) -> u64 {
     if extras.is_empty()
         && let Some(bytes) = le_token_bytes(tokens)
     {
-        return xxhash_rust::xxh3::xxh3_64(bytes);
+        return hash(bytes);
     }
     buf.clear();
     for t in tokens {
@@ -140,13 +146,14 @@ fn xxh3_content(tokens: &[u32], extras: &[&str], buf: &mut Vec<u8>) -> u64 {
         buf.extend_from_slice(&(id.len() as u64).to_le_bytes());
         buf.extend_from_slice(id.as_bytes());
     }
-    xxhash_rust::xxh3::xxh3_64(buf)
+    hash(buf)
 }
 
-/// One `epp-xxh3` block key without extras: `chain(parent, XXH3(LE32(t)…))`. Also the chain of
-/// the approximate prefix producer, whose keys no other program reads either.
-pub(crate) fn epp_xxh3_block(parent: u64, tokens: &[u32], buf: &mut Vec<u8>) -> u64 {
-    fold_chain(parent, xxh3_content(tokens, &[], buf))
+/// A block key of the `epp-xxh3` chain step with another content hash:
+/// `chain(parent, hash(LE32(t)…))` (the approximate prefix producer's keys, which no other
+/// program reads either).
+pub(crate) fn chain_block_with(parent: u64, tokens: &[u32], buf: &mut Vec<u8>, hash: fn(&[u8]) -> u64) -> u64 {
+    fold_chain(parent, content_hash(tokens, &[], buf, hash))
 }
 
 /// Request-key algorithm (llm-d `hashAlgorithm`, plus epp's own `epp-xxh3`).

@@ -88,44 +88,44 @@ impl<'a> Cursor<'a> {
     /// An object at the cursor: `each` is called with every key (escape-free), the cursor on
     /// the key's value; it must consume the value.
     fn object(&mut self, mut each: impl FnMut(&mut Self, &'a str) -> Option<()>) -> Option<()> {
-        self.eat(b'{')?;
-        self.ws();
-        if self.eat(b'}').is_some() {
-            return Some(());
-        }
-        loop {
-            let key = self.key()?;
-            self.ws();
-            self.eat(b':')?;
-            self.ws();
-            each(self, key)?;
-            self.ws();
-            match self.peek()? {
-                b',' => self.at += 1,
-                b'}' => {
-                    self.at += 1;
-                    return Some(());
-                }
-                _ => return None,
-            }
-            self.ws();
-        }
+        self.sequence(b'{', b'}', |c| {
+            let key = c.key()?;
+            c.ws();
+            c.eat(b':')?;
+            c.ws();
+            each(c, key)
+        })
     }
 
     /// A list at the cursor: `each` is called with the cursor on every element and must
     /// consume it.
-    fn list(&mut self, mut each: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
-        self.eat(b'[')?;
+    fn list(&mut self, each: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
+        self.sequence(b'[', b']', each)
+    }
+
+    /// A list whose elements `item` reads.
+    fn list_of<T>(&mut self, capacity: usize, mut item: impl FnMut(&mut Self) -> Option<T>) -> Option<Vec<T>> {
+        let mut items = Vec::with_capacity(capacity);
+        self.list(|c| {
+            items.push(item(c)?);
+            Some(())
+        })?;
+        Some(items)
+    }
+
+    /// `open`, then members separated by commas (each read by `member`), then `close`.
+    fn sequence(&mut self, open: u8, close: u8, mut member: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
+        self.eat(open)?;
         self.ws();
-        if self.eat(b']').is_some() {
+        if self.eat(close).is_some() {
             return Some(());
         }
         loop {
-            each(self)?;
+            member(self)?;
             self.ws();
             match self.peek()? {
                 b',' => self.at += 1,
-                b']' => {
+                b if b == close => {
                     self.at += 1;
                     return Some(());
                 }
@@ -356,12 +356,7 @@ impl<'a> Cursor<'a> {
         if self.peek()? == b'n' {
             return self.literal(b"null").map(|()| None);
         }
-        let mut messages = Vec::with_capacity(16);
-        self.list(|c| {
-            messages.push(c.message()?);
-            Some(())
-        })?;
-        Some(Some(messages))
+        self.list_of(16, Self::message).map(Some)
     }
 
     /// One message object (see `super::message` for the fields and their rules).
@@ -393,14 +388,7 @@ impl<'a> Cursor<'a> {
         match self.peek()? {
             b'"' => Some(MessageContent::Text(self.string()?.into_owned())),
             b'n' => self.literal(b"null").map(|()| MessageContent::None),
-            b'[' => {
-                let mut parts = Vec::with_capacity(2);
-                self.list(|c| {
-                    parts.push(c.part()?);
-                    Some(())
-                })?;
-                Some(MessageContent::Parts(parts))
-            }
+            b'[' => self.list_of(2, Self::part).map(MessageContent::Parts),
             _ => None,
         }
     }

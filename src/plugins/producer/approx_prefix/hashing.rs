@@ -1,16 +1,18 @@
 //! The approximate producer's block-key chain. The chunking is llm-d's (router generation):
 //! blocks of `block_size` tokens, a partial tail block hashed and appended too, the model and
-//! `cache_salt` folded into the root. The hash is epp's own `epp-xxh3` step
-//! ([`crate::kvcache::keys`]): root `XXH3(model || cache_salt)`, each block
-//! `h_i = chain(h_{i-1}, XXH3(tokens as little-endian u32))`. llm-d uses XXH64 for both
-//! steps; on a 10 KB prompt in 256-byte blocks XXH3 takes ~11,300 instructions against
-//! XXH64's 14,600 (callgrind, request path). The keys never leave epp: they are compared only
-//! with keys this epp, or a replica of the same version, computed (during a rolling update
-//! across this change, replicas' synced entries miss until both run it).
+//! `cache_salt` folded into the root. The hash: root `rapidhash_v3(model || cache_salt)`, each
+//! block `h_i = chain(h_{i-1}, rapidhash_v3(tokens as little-endian u32))`, `chain` being the
+//! `epp-xxh3` step of [`crate::kvcache::keys`]. rapidhash's V3 function is portable and its
+//! output fixed across the crate's versions (its README's promise), which the keys need: replicas
+//! exchange them. llm-d uses XXH64 for both steps; on a 10 KB prompt in 256-byte blocks XXH64
+//! took ~14,600 instructions, XXH3 ~11,300 (xxhash-rust's long-input path, SSE2), rapidhash
+//! V3 ~6,900 (callgrind, request path). The keys never leave epp: they are compared only with
+//! keys this epp, or a replica of the same version, computed (during a rolling update across a
+//! change of the hash, replicas' synced entries miss until both run the same one).
 
-use xxhash_rust::xxh3::xxh3_64;
+use rapidhash::v3::rapidhash_v3;
 
-use crate::kvcache::keys::epp_xxh3_block;
+use crate::kvcache::keys::chain_block_with;
 
 /// Root key of a prompt for `model` and an optional `cache_salt`.
 pub fn root_key(model: &str, cache_salt: Option<&str>) -> u64 {
@@ -18,7 +20,7 @@ pub fn root_key(model: &str, cache_salt: Option<&str>) -> u64 {
     let mut buf = Vec::with_capacity(model.len() + salt.len());
     buf.extend_from_slice(model.as_bytes());
     buf.extend_from_slice(salt.as_bytes());
-    xxh3_64(&buf)
+    rapidhash_v3(&buf)
 }
 
 /// Block keys of `tokens` cut into blocks of `block_size` (>= 1), at most `max_blocks`
@@ -37,7 +39,7 @@ pub fn block_keys(
     // Scratch for machines where the tokens' memory is not already little-endian.
     let mut buf = Vec::new();
     for block in tokens.chunks(block_size).take(limit) {
-        parent = epp_xxh3_block(parent, block, &mut buf);
+        parent = chain_block_with(parent, block, &mut buf, rapidhash_v3);
         keys.push(parent);
     }
     keys
@@ -46,19 +48,25 @@ pub fn block_keys(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kvcache::keys::{RequestKeyAlgo, RequestKeyer};
     use proptest::prelude::*;
 
+    /// The first key of the test prompt below, as rapidhash 4.5.1 gave it.
+    const FIRST_KEY: u64 = 14_820_170_784_809_630_478;
+
     #[test]
-    fn cuts_like_llm_d_and_hashes_like_the_epp_xxh3_request_keys() {
+    fn cuts_like_llm_d_and_chains_rapidhash_with_the_epp_xxh3_step() {
         let tokens: Vec<u32> = (1..=130).collect();
         let keys = block_keys("Qwen/Qwen3-0.6B", None, &tokens, 64, 0);
         // Two full blocks and the partial tail block of 2 tokens.
         assert_eq!(keys.len(), 3);
-        let root = root_key("Qwen/Qwen3-0.6B", None);
-        let full = RequestKeyer::new(RequestKeyAlgo::EppXxh3, "").chain(root, &tokens, 64, &[]);
-        assert_eq!(keys[..2], full[..]);
-        assert_eq!(keys[2], epp_xxh3_block(keys[1], &tokens[128..], &mut Vec::new()));
+        assert_eq!(root_key("Qwen/Qwen3-0.6B", None), rapidhash_v3(b"Qwen/Qwen3-0.6B"));
+        let mut parent = root_key("Qwen/Qwen3-0.6B", None);
+        for (i, block) in tokens.chunks(64).enumerate() {
+            parent = chain_block_with(parent, block, &mut Vec::new(), rapidhash_v3);
+            assert_eq!(keys[i], parent);
+        }
+        // Fixed outputs: a change of hash (or of the crate's promise) shows here.
+        assert_eq!(keys[0], FIRST_KEY);
         assert_eq!(block_keys("Qwen/Qwen3-0.6B", None, &tokens, 64, 2), keys[..2]);
     }
 
