@@ -42,7 +42,7 @@ impl<'de> Visitor<'de> for MessagesSeed {
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
         let mut messages = Vec::with_capacity(seq.size_hint().unwrap_or(4));
-        while let Some(message) = seq.next_element_seed(MessageSeed)? {
+        while let Some(message) = seq.next_element::<ChatMessage>()? {
             messages.push(message);
         }
         Ok(Some(messages))
@@ -51,17 +51,9 @@ impl<'de> Visitor<'de> for MessagesSeed {
 
 /// Reads one message object: `role`, `content` and the template-only fields; other keys are
 /// skipped, a repeated known key is an error.
-struct MessageSeed;
+struct MessageVisitor;
 
-impl<'de> DeserializeSeed<'de> for MessageSeed {
-    type Value = ChatMessage;
-
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<ChatMessage, D::Error> {
-        deserializer.deserialize_map(self)
-    }
-}
-
-impl<'de> Visitor<'de> for MessageSeed {
+impl<'de> Visitor<'de> for MessageVisitor {
     type Value = ChatMessage;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -77,7 +69,7 @@ impl<'de> Visitor<'de> for MessageSeed {
         while let Some(key) = map.next_key::<MessageKey>()? {
             match key {
                 MessageKey::Role => once(&mut role, "role", || map.next_value())?,
-                MessageKey::Content => once(&mut content, "content", || map.next_value_seed(ContentSeed))?,
+                MessageKey::Content => once(&mut content, "content", || map.next_value())?,
                 MessageKey::Name => once(&mut name, "name", || map.next_value())?,
                 MessageKey::ToolCalls => once(&mut tool_calls, "tool_calls", || map.next_value())?,
                 MessageKey::ToolCallId => once(&mut tool_call_id, "tool_call_id", || map.next_value())?,
@@ -152,19 +144,15 @@ fn as_string(raw: Option<Box<RawValue>>) -> Option<String> {
 }
 
 impl<'de> Deserialize<'de> for ChatMessage {
-    /// Responses and Conversations items.
+    /// Chat messages and Responses / Conversations items.
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<ChatMessage, D::Error> {
-        MessageSeed.deserialize(deserializer)
+        deserializer.deserialize_map(MessageVisitor)
     }
 }
 
-/// Reads a message's `content`.
-struct ContentSeed;
-
-impl<'de> DeserializeSeed<'de> for ContentSeed {
-    type Value = MessageContent;
-
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<MessageContent, D::Error> {
+impl<'de> Deserialize<'de> for MessageContent {
+    /// A message's `content`.
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<MessageContent, D::Error> {
         deserializer.deserialize_any(ContentVisitor)
     }
 }
